@@ -1,0 +1,3 @@
+"""edge-agent: a fault-tolerant runtime daemon for robot controllers."""
+
+__version__ = "0.1.0"

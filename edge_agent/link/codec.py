@@ -1,0 +1,558 @@
+"""Sans-IO codec for docs/PROTOCOL.md: COBS framing, CRC-32, typed messages, a resyncing decoder.
+
+No I/O, no threads, no globals that change: bytes in, messages out. The same module serves the
+link guardian, the daemon's socketpair reader and the simulated firmware.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+from typing import ClassVar, Union
+
+PROTO_VERSION = 1
+MAX_FRAME_LEN = 255  # decoded: type + seq + body + crc
+MAX_WIRE_LEN = MAX_FRAME_LEN + MAX_FRAME_LEN // 254 + 1  # COBS-encoded, delimiters excluded
+_HEADER = struct.Struct("<BH")
+_CRC = struct.Struct("<I")
+_MIN_FRAME_LEN = _HEADER.size + _CRC.size
+
+
+class FrameType(IntEnum):
+    HELLO = 0x01
+    ENABLE = 0x02
+    COMMAND = 0x03
+    STOP = 0x04
+    PING = 0x05
+    G_RESET = 0x41
+    G_STATE = 0x42
+    HELLO_ACK = 0x81
+    STATUS = 0x82
+    ESTOP_EDGE = 0x83
+    SENSOR = 0x84
+    PONG = 0x85
+    EVENT = 0x86
+
+
+class Mode(IntEnum):
+    HOLD = 0
+    POSITION = 1
+
+
+class GripperMode(IntEnum):
+    HOLD = 0
+    POSITION = 1
+    FORCE = 2
+
+
+class StopCategory(IntEnum):
+    CAT0 = 0  # drives off (e-stop)
+    CAT2 = 2  # hold with power on (protective stop)
+
+
+class StopReason(IntEnum):
+    NONE = 0
+    ESTOP_INPUT = 1
+    ESTOP_REMOTE = 2
+    DEADMAN = 3
+    LINK_FAULT = 4
+    COLLISION = 5
+    PROTECTIVE = 6
+    SHUTDOWN = 7
+    RESET_REFUSED = 8
+
+
+class StatusFlag(IntFlag):
+    ESTOP_INPUT = 1 << 0
+    DRIVES_ENABLED = 1 << 1
+    DEADMAN_TRIPPED = 1 << 2
+    HOLDING = 1 << 3
+    ESTOP_LATCHED = 1 << 4
+    FAULT = 1 << 5
+    SESSION_OPEN = 1 << 6
+
+
+class EventCode(IntEnum):
+    DEADMAN_TRIP = 1
+    CMD_REJECTED = 2
+    BAD_FRAME = 3
+    VERSION_MISMATCH = 4
+    LIMIT_CLAMPED = 5
+    OVERCURRENT = 6
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    TYPE: ClassVar[FrameType] = FrameType.HELLO
+    proto_version: int = PROTO_VERSION
+    deadman_ms: int = 50
+    status_period_us: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Enable:
+    TYPE: ClassVar[FrameType] = FrameType.ENABLE
+    enable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    TYPE: ClassVar[FrameType] = FrameType.COMMAND
+    mode: Mode
+    q: tuple[float, ...]
+    gripper_mode: GripperMode = GripperMode.HOLD
+    gripper_setpoint: float = 0.0
+    gripper_current_limit: float = 0.0
+    ttl_ms: int = 0
+
+    @property
+    def moves(self) -> bool:
+        """True when this command asks for motion (anything but a full hold)."""
+        return self.mode != Mode.HOLD or self.gripper_mode != GripperMode.HOLD
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    TYPE: ClassVar[FrameType] = FrameType.STOP
+    category: StopCategory
+    reason: StopReason
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    TYPE: ClassVar[FrameType] = FrameType.PING
+    host_time_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class GReset:
+    TYPE: ClassVar[FrameType] = FrameType.G_RESET
+
+
+@dataclass(frozen=True, slots=True)
+class GState:
+    TYPE: ClassVar[FrameType] = FrameType.G_STATE
+    latched: bool
+    estop_input: bool
+    deadman_hold: bool
+    link_up: bool
+    cause: StopReason
+    flags: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HelloAck:
+    TYPE: ClassVar[FrameType] = FrameType.HELLO_ACK
+    proto_version: int
+    accepted: bool
+    n_joints: int
+    fw_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    TYPE: ClassVar[FrameType] = FrameType.STATUS
+    fw_time_us: int
+    flags: StatusFlag
+    last_cmd_seq: int
+    q: tuple[float, ...]
+    dq: tuple[float, ...]
+    current: tuple[float, ...]
+    gripper_pos: float
+    gripper_current: float
+    gripper_force: float
+
+    @property
+    def estop_input(self) -> bool:
+        return bool(self.flags & StatusFlag.ESTOP_INPUT)
+
+
+@dataclass(frozen=True, slots=True)
+class EstopEdge:
+    TYPE: ClassVar[FrameType] = FrameType.ESTOP_EDGE
+    fw_time_us: int
+    pressed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Sensor:
+    TYPE: ClassVar[FrameType] = FrameType.SENSOR
+    fw_time_us: int
+    channel: int
+    valid: bool
+    values: tuple[float, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    TYPE: ClassVar[FrameType] = FrameType.PONG
+    host_time_us: int
+    fw_time_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    TYPE: ClassVar[FrameType] = FrameType.EVENT
+    fw_time_us: int
+    code: EventCode
+    detail: int = 0
+
+
+Message = Union[
+    Hello, Enable, Command, Stop, Ping, GReset, GState, HelloAck, Status, EstopEdge, Sensor,
+    Pong, Event,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One decoded frame: the sender's sequence number and the message."""
+
+    seq: int
+    msg: Message
+
+
+# --------------------------------------------------------------------------- COBS
+
+
+def cobs_encode(data: bytes) -> bytes:
+    """COBS-encode `data` (no delimiter appended)."""
+    out = bytearray()
+    for part in data.split(b"\x00"):
+        while len(part) >= 254:
+            out.append(255)
+            out += part[:254]
+            part = part[254:]
+        out.append(len(part) + 1)
+        out += part
+    return bytes(out)
+
+
+def cobs_decode(data: bytes) -> bytes | None:
+    """Decode one COBS block (delimiter removed); None if malformed."""
+    out = bytearray()
+    i = 0
+    n = len(data)
+    while i < n:
+        code = data[i]
+        if code == 0:
+            return None
+        end = i + code
+        if end > n:
+            return None
+        out += data[i + 1 : end]
+        i = end
+        if code < 255 and i < n:
+            out.append(0)
+    return bytes(out)
+
+
+# --------------------------------------------------------------------------- bodies
+
+_U8 = struct.Struct("<B")
+_U16 = struct.Struct("<H")
+_HELLO = struct.Struct("<HHI")
+_CMD_HEAD = struct.Struct("<BBHB")
+_STOP = struct.Struct("<BB")
+_U64 = struct.Struct("<Q")
+_GSTATE = struct.Struct("<BBBBBB")
+_ACK_HEAD = struct.Struct("<HBB")
+_STATUS_HEAD = struct.Struct("<QHHB")
+_EDGE = struct.Struct("<QB")
+_SENSOR_HEAD = struct.Struct("<QBBB")
+_PONG = struct.Struct("<QQ")
+_EVENT = struct.Struct("<QBH")
+_F32_CACHE: dict[int, struct.Struct] = {}
+
+
+def _f32s(n: int) -> struct.Struct:
+    s = _F32_CACHE.get(n)
+    if s is None:
+        s = _F32_CACHE[n] = struct.Struct(f"<{n}f")
+    return s
+
+
+def _body(msg: Message) -> bytes:
+    if isinstance(msg, Command):
+        n = len(msg.q)
+        return _CMD_HEAD.pack(msg.mode, msg.gripper_mode, msg.ttl_ms, n) + _f32s(n + 2).pack(
+            *msg.q, msg.gripper_setpoint, msg.gripper_current_limit
+        )
+    if isinstance(msg, Status):
+        n = len(msg.q)
+        if len(msg.dq) != n or len(msg.current) != n:
+            raise ValueError("status q, dq and current must have the same length")
+        return _STATUS_HEAD.pack(msg.fw_time_us, msg.flags, msg.last_cmd_seq, n) + _f32s(
+            3 * n + 3
+        ).pack(*msg.q, *msg.dq, *msg.current, msg.gripper_pos, msg.gripper_current,
+               msg.gripper_force)
+    if isinstance(msg, Stop):
+        return _STOP.pack(msg.category, msg.reason)
+    if isinstance(msg, EstopEdge):
+        return _EDGE.pack(msg.fw_time_us, msg.pressed)
+    if isinstance(msg, Hello):
+        return _HELLO.pack(msg.proto_version, msg.deadman_ms, msg.status_period_us)
+    if isinstance(msg, Enable):
+        return _U8.pack(1 if msg.enable else 0)
+    if isinstance(msg, Ping):
+        return _U64.pack(msg.host_time_us)
+    if isinstance(msg, GReset):
+        return b""
+    if isinstance(msg, GState):
+        return _GSTATE.pack(msg.latched, msg.estop_input, msg.deadman_hold, msg.link_up,
+                            msg.cause, msg.flags)
+    if isinstance(msg, HelloAck):
+        v = msg.fw_version.encode("ascii", "replace")[:16]
+        return _ACK_HEAD.pack(msg.proto_version, msg.accepted, msg.n_joints) + v
+    if isinstance(msg, Sensor):
+        n = len(msg.values)
+        return _SENSOR_HEAD.pack(msg.fw_time_us, msg.channel, msg.valid, n) + _f32s(n).pack(
+            *msg.values
+        )
+    if isinstance(msg, Pong):
+        return _PONG.pack(msg.host_time_us, msg.fw_time_us)
+    if isinstance(msg, Event):
+        return _EVENT.pack(msg.fw_time_us, msg.code, msg.detail)
+    raise TypeError(f"not a protocol message: {msg!r}")
+
+
+def encode(msg: Message, seq: int) -> bytes:
+    """Encode `msg` as one wire frame: 0x00, COBS(frame), 0x00."""
+    try:
+        raw = _HEADER.pack(msg.TYPE, seq & 0xFFFF) + _body(msg)
+    except struct.error as exc:
+        raise ValueError(f"cannot encode {type(msg).__name__}: {exc}") from exc
+    if len(raw) + _CRC.size > MAX_FRAME_LEN:
+        raise ValueError(f"{type(msg).__name__} frame is {len(raw) + 4} bytes > {MAX_FRAME_LEN}")
+    raw += _CRC.pack(zlib.crc32(raw))
+    # A delimiter on both sides: a frame that follows line noise is still found intact.
+    return b"\x00" + cobs_encode(raw) + b"\x00"
+
+
+class BadBody(Exception):
+    """Internal: the body does not match its type's layout."""
+
+
+def _parse(ftype: int, b: bytes) -> Message:
+    try:
+        if ftype == FrameType.STATUS:
+            t, flags, last, n = _STATUS_HEAD.unpack_from(b)
+            vals = _f32s(3 * n + 3).unpack_from(b, _STATUS_HEAD.size)
+            if len(b) != _STATUS_HEAD.size + 4 * (3 * n + 3):
+                raise BadBody
+            return Status(t, StatusFlag(flags), last, vals[:n], vals[n : 2 * n],
+                          vals[2 * n : 3 * n], vals[3 * n], vals[3 * n + 1], vals[3 * n + 2])
+        if ftype == FrameType.COMMAND:
+            mode, gmode, ttl, n = _CMD_HEAD.unpack_from(b)
+            if len(b) != _CMD_HEAD.size + 4 * (n + 2):
+                raise BadBody
+            vals = _f32s(n + 2).unpack_from(b, _CMD_HEAD.size)
+            return Command(Mode(mode), vals[:n], GripperMode(gmode), vals[n], vals[n + 1], ttl)
+        if ftype == FrameType.ESTOP_EDGE:
+            _exact(b, _EDGE)
+            t, p = _EDGE.unpack(b)
+            return EstopEdge(t, bool(p))
+        if ftype == FrameType.STOP:
+            _exact(b, _STOP)
+            c, r = _STOP.unpack(b)
+            return Stop(StopCategory(c), StopReason(r))
+        if ftype == FrameType.ENABLE:
+            _exact(b, _U8)
+            return Enable(bool(b[0]))
+        if ftype == FrameType.HELLO:
+            _exact(b, _HELLO)
+            return Hello(*_HELLO.unpack(b))
+        if ftype == FrameType.PING:
+            _exact(b, _U64)
+            return Ping(_U64.unpack(b)[0])
+        if ftype == FrameType.G_RESET:
+            if b:
+                raise BadBody
+            return GReset()
+        if ftype == FrameType.G_STATE:
+            _exact(b, _GSTATE)
+            la, ei, dh, lu, cause, flags = _GSTATE.unpack(b)
+            return GState(bool(la), bool(ei), bool(dh), bool(lu), StopReason(cause), flags)
+        if ftype == FrameType.HELLO_ACK:
+            if not _ACK_HEAD.size <= len(b) <= _ACK_HEAD.size + 16:
+                raise BadBody
+            v, acc, nj = _ACK_HEAD.unpack_from(b)
+            return HelloAck(v, bool(acc), nj, b[_ACK_HEAD.size :].decode("ascii", "replace"))
+        if ftype == FrameType.SENSOR:
+            t, ch, valid, n = _SENSOR_HEAD.unpack_from(b)
+            if len(b) != _SENSOR_HEAD.size + 4 * n:
+                raise BadBody
+            return Sensor(t, ch, bool(valid), _f32s(n).unpack_from(b, _SENSOR_HEAD.size))
+        if ftype == FrameType.PONG:
+            _exact(b, _PONG)
+            return Pong(*_PONG.unpack(b))
+        if ftype == FrameType.EVENT:
+            _exact(b, _EVENT)
+            t, code, detail = _EVENT.unpack(b)
+            return Event(t, EventCode(code), detail)
+    except (struct.error, ValueError) as exc:  # short body, enum value out of range
+        raise BadBody from exc
+    raise KeyError(ftype)
+
+
+def _exact(b: bytes, s: struct.Struct) -> None:
+    if len(b) != s.size:
+        raise BadBody
+
+
+class DecodeError(IntEnum):
+    """Why one frame was rejected (the decoder counts these; it never raises)."""
+
+    COBS = 1
+    CRC = 2
+    OVERSIZE = 3
+    SHORT = 4
+    UNKNOWN_TYPE = 5
+    BAD_BODY = 6
+
+
+def decode_frame(wire: bytes) -> Frame | DecodeError:
+    """Decode one frame given without its 0x00 delimiter."""
+    if len(wire) > MAX_WIRE_LEN:
+        return DecodeError.OVERSIZE
+    raw = cobs_decode(wire)
+    if raw is None:
+        return DecodeError.COBS
+    if len(raw) > MAX_FRAME_LEN:
+        return DecodeError.OVERSIZE
+    if len(raw) < _MIN_FRAME_LEN:
+        return DecodeError.SHORT
+    if zlib.crc32(raw[:-4]) != _CRC.unpack_from(raw, len(raw) - 4)[0]:
+        return DecodeError.CRC
+    ftype, seq = _HEADER.unpack_from(raw)
+    try:
+        msg = _parse(ftype, raw[_HEADER.size : -4])
+    except KeyError:
+        return DecodeError.UNKNOWN_TYPE
+    except BadBody:
+        return DecodeError.BAD_BODY
+    return Frame(seq, msg)
+
+
+@dataclass
+class DecoderCounters:
+    frames_ok: int = 0
+    crc_errors: int = 0
+    cobs_errors: int = 0
+    oversize: int = 0
+    short: int = 0
+    unknown_type: int = 0
+    bad_body: int = 0
+    bytes_discarded: int = 0
+    seq_gaps: int = 0
+    duplicates: int = 0
+
+    @property
+    def bad_frames(self) -> int:
+        return (self.crc_errors + self.cobs_errors + self.oversize + self.short
+                + self.unknown_type + self.bad_body)
+
+    def as_dict(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__} | {
+            "bad_frames": self.bad_frames
+        }
+
+
+_ERR_FIELD = {
+    DecodeError.COBS: "cobs_errors",
+    DecodeError.CRC: "crc_errors",
+    DecodeError.OVERSIZE: "oversize",
+    DecodeError.SHORT: "short",
+    DecodeError.UNKNOWN_TYPE: "unknown_type",
+    DecodeError.BAD_BODY: "bad_body",
+}
+
+
+class FrameDecoder:
+    """Streaming decoder: feed it bytes as they arrive, get the valid frames back.
+
+    Bad frames are counted and skipped; input without a delimiter is bounded by MAX_WIRE_LEN
+    (longer runs are discarded until the next 0x00), so garbage can neither raise nor grow memory.
+    """
+
+    def __init__(self) -> None:
+        self.counters = DecoderCounters()
+        self._buf = bytearray()
+        self._overflowing = False
+        self._last_seq: int | None = None
+        self.last_error: DecodeError | None = None
+
+    def feed(self, data: bytes) -> list[Frame]:
+        frames: list[Frame] = []
+        c = self.counters
+        start = 0
+        n = len(data)
+        while start < n:
+            idx = data.find(0, start)
+            if idx < 0:
+                chunk = data[start:]
+                if self._overflowing:
+                    c.bytes_discarded += len(chunk)
+                elif len(self._buf) + len(chunk) > MAX_WIRE_LEN:
+                    c.bytes_discarded += len(self._buf) + len(chunk)
+                    self._buf.clear()
+                    self._overflowing = True
+                    c.oversize += 1
+                    self.last_error = DecodeError.OVERSIZE
+                else:
+                    self._buf += chunk
+                break
+            if self._overflowing:
+                c.bytes_discarded += idx - start
+                self._overflowing = False
+            else:
+                self._buf += data[start:idx]
+                if self._buf:
+                    self._handle(bytes(self._buf), frames)
+            self._buf.clear()
+            start = idx + 1
+        return frames
+
+    def _handle(self, wire: bytes, frames: list[Frame]) -> None:
+        c = self.counters
+        res = decode_frame(wire)
+        if isinstance(res, DecodeError):
+            setattr(c, _ERR_FIELD[res], getattr(c, _ERR_FIELD[res]) + 1)
+            c.bytes_discarded += len(wire) + 1
+            self.last_error = res
+            return
+        c.frames_ok += 1
+        self.last_error = None
+        if self._last_seq is not None:
+            expected = (self._last_seq + 1) & 0xFFFF
+            if res.seq == self._last_seq:
+                c.duplicates += 1
+            elif res.seq != expected:
+                c.seq_gaps += 1
+        self._last_seq = res.seq
+        frames.append(res)
+
+    def reset(self) -> None:
+        """Forget partial input and the sequence history (after a reopen), keep the counters."""
+        self._buf.clear()
+        self._overflowing = False
+        self._last_seq = None
+
+
+class SeqCounter:
+    """Per-direction sequence numbers: 0..65535, wrapping."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self, start: int = 0) -> None:
+        self._next = start & 0xFFFF
+
+    def next(self) -> int:
+        s = self._next
+        self._next = (s + 1) & 0xFFFF
+        return s

@@ -1,0 +1,1 @@
+"""edge_agent.reports layer."""

@@ -1,0 +1,296 @@
+"""The robot description: joints, limits, frames, workspace, gripper and sensors, validated.
+
+One TOML file (configs/robot/*.toml) read by both the daemon and the simulated robot. Values are
+SI units; every bad value raises ConfigError naming the key, the value and why.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from edge_agent.errors import ConfigError
+
+ROBOT_SCHEMA_VERSION = 1
+OnLoss = Literal["predict", "stop"]
+SensorSource = Literal["status", "sensor"]
+
+
+@dataclass(frozen=True, slots=True)
+class Joint:
+    name: str
+    axis: Literal["x", "y", "z"]
+    link_length_m: float
+    position_min_rad: float
+    position_max_rad: float
+    velocity_max_rad_s: float
+    current_max_a: float
+    home_rad: float
+
+    def clamp(self, q: float) -> float:
+        return min(max(q, self.position_min_rad), self.position_max_rad)
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    min_m: tuple[float, float, float]
+    max_m: tuple[float, float, float]
+
+    def contains(self, p: tuple[float, float, float] | list[float]) -> bool:
+        return all(lo <= v <= hi for v, lo, hi in zip(p, self.min_m, self.max_m, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Gripper:
+    stroke_min_m: float
+    stroke_max_m: float
+    force_min_n: float
+    force_max_n: float
+    current_min_a: float
+    current_max_a: float
+    current_nominal_a: float
+    speed_max_m_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class SensorChannel:
+    name: str
+    source: SensorSource
+    dim: int
+    unit: str
+    rate_hz: float
+    noise_std: float
+    on_loss: OnLoss
+    predict_max_s: float = 0.0
+    latency_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RobotDescription:
+    name: str
+    version: str
+    base_xyz_m: tuple[float, float, float]
+    base_rpy_rad: tuple[float, float, float]
+    tool_offset_m: float
+    joints: tuple[Joint, ...]
+    workspace: Workspace
+    table_z_m: float
+    gripper: Gripper
+    sensors: tuple[SensorChannel, ...]
+    source: str = ""
+
+    @property
+    def n_joints(self) -> int:
+        return len(self.joints)
+
+    @property
+    def home(self) -> tuple[float, ...]:
+        return tuple(j.home_rad for j in self.joints)
+
+    def sensor(self, name: str) -> SensorChannel:
+        for s in self.sensors:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def frame_sensors(self) -> tuple[SensorChannel, ...]:
+        """Channels sent as SENSOR frames, in channel-id order (docs/PROTOCOL.md §7)."""
+        return tuple(s for s in self.sensors if s.source == "sensor")
+
+    def sensor_channel_id(self, name: str) -> int:
+        for i, s in enumerate(self.frame_sensors):
+            if s.name == name:
+                return i
+        raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Typed access to one TOML table that remembers which keys were used (unknown = error)."""
+
+    def __init__(self, table: Mapping[str, Any], prefix: str, source: str) -> None:
+        self.t = table
+        self.prefix = prefix
+        self.source = source
+        self.used: set[str] = set()
+
+    def key(self, k: str) -> str:
+        return f"{self.prefix}{k}"
+
+    def fail(self, k: str, v: object, why: str) -> ConfigError:
+        return ConfigError(self.key(k), v, why, self.source)
+
+    def raw(self, k: str, default: Any = ...) -> Any:
+        self.used.add(k)
+        if k not in self.t:
+            if default is ...:
+                raise self.fail(k, None, "is required")
+            return default
+        return self.t[k]
+
+    def num(self, k: str, default: Any = ..., *, lo: float | None = None,
+            hi: float | None = None, lo_open: bool = False) -> float:
+        v = self.raw(k, default)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise self.fail(k, v, "must be a number")
+        f = float(v)
+        if not math.isfinite(f):
+            raise self.fail(k, v, "must be finite")
+        if lo is not None and (f < lo or (lo_open and f == lo)):
+            raise self.fail(k, v, f"must be {'>' if lo_open else '>='} {lo}")
+        if hi is not None and f > hi:
+            raise self.fail(k, v, f"must be <= {hi}")
+        return f
+
+    def text(self, k: str, default: Any = ..., choices: tuple[str, ...] | None = None) -> str:
+        v = self.raw(k, default)
+        if not isinstance(v, str) or not v:
+            raise self.fail(k, v, "must be a non-empty string")
+        if choices is not None and v not in choices:
+            raise self.fail(k, v, f"must be one of {', '.join(choices)}")
+        return v
+
+    def vec3(self, k: str, default: Any = ...) -> tuple[float, float, float]:
+        v = self.raw(k, default)
+        if (not isinstance(v, list) or len(v) != 3
+                or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
+                or not all(math.isfinite(float(x)) for x in v)):
+            raise self.fail(k, v, "must be a list of 3 finite numbers")
+        return (float(v[0]), float(v[1]), float(v[2]))
+
+    def table(self, k: str) -> _Reader:
+        v = self.raw(k)
+        if not isinstance(v, Mapping):
+            raise self.fail(k, v, "must be a table")
+        return _Reader(v, f"{self.key(k)}.", self.source)
+
+    def tables(self, k: str) -> list[_Reader]:
+        v = self.raw(k)
+        if not isinstance(v, list) or not v or not all(isinstance(x, Mapping) for x in v):
+            raise self.fail(k, v, "must be a non-empty array of tables")
+        return [_Reader(x, f"{self.key(k)}[{i}].", self.source) for i, x in enumerate(v)]
+
+    def done(self) -> None:
+        unknown = sorted(set(self.t) - self.used)
+        if unknown:
+            raise self.fail(unknown[0], self.t[unknown[0]], "unknown key")
+
+
+def _range(r: _Reader, lo_key: str, hi_key: str, lo: float, hi: float) -> None:
+    if lo > hi:
+        raise r.fail(lo_key, lo, f"min is greater than max ({r.key(hi_key)} = {hi})")
+
+
+def _joint(r: _Reader) -> Joint:
+    j = Joint(
+        name=r.text("name"),
+        axis=r.text("axis", choices=("x", "y", "z")),  # type: ignore[arg-type]
+        link_length_m=r.num("link_length_m", lo=0.0),
+        position_min_rad=r.num("position_min_rad", lo=-2 * math.pi, hi=2 * math.pi),
+        position_max_rad=r.num("position_max_rad", lo=-2 * math.pi, hi=2 * math.pi),
+        velocity_max_rad_s=r.num("velocity_max_rad_s", lo=0.0, lo_open=True),
+        current_max_a=r.num("current_max_a", lo=0.0, lo_open=True),
+        home_rad=r.num("home_rad", 0.0),
+    )
+    _range(r, "position_min_rad", "position_max_rad", j.position_min_rad, j.position_max_rad)
+    if not j.position_min_rad <= j.home_rad <= j.position_max_rad:
+        raise r.fail("home_rad", j.home_rad, "is outside the joint's position limits")
+    r.done()
+    return j
+
+
+def _sensor(r: _Reader) -> SensorChannel:
+    s = SensorChannel(
+        name=r.text("name"),
+        source=r.text("source", choices=("status", "sensor")),  # type: ignore[arg-type]
+        dim=int(r.num("dim", lo=1, hi=16)),
+        unit=r.text("unit"),
+        rate_hz=r.num("rate_hz", lo=0.0, lo_open=True),
+        noise_std=r.num("noise_std", lo=0.0),
+        on_loss=r.text("on_loss", choices=("predict", "stop")),  # type: ignore[arg-type]
+        predict_max_s=r.num("predict_max_s", 0.0, lo=0.0),
+        latency_s=r.num("latency_s", 0.0, lo=0.0),
+    )
+    if s.on_loss == "predict" and s.predict_max_s <= 0:
+        raise r.fail("predict_max_s", s.predict_max_s, "on_loss = 'predict' needs a bound > 0")
+    if s.name == "estop_input" and s.on_loss != "stop":
+        raise r.fail("on_loss", s.on_loss, "the e-stop input is never predicted")
+    r.done()
+    return s
+
+
+def parse_robot(data: Mapping[str, Any], source: str = "") -> RobotDescription:
+    """Validate a parsed robot-description table."""
+    r = _Reader(data, "", source)
+    ver = r.raw("schema_version")
+    if ver != ROBOT_SCHEMA_VERSION:
+        raise r.fail("schema_version", ver, f"this edge-agent reads version {ROBOT_SCHEMA_VERSION}")
+    base = r.table("base")
+    tool = r.table("tool")
+    ws = r.table("workspace")
+    table = r.table("table")
+    g = r.table("gripper")
+    joints = tuple(_joint(j) for j in r.tables("joints"))
+    names = [j.name for j in joints]
+    if len(set(names)) != len(names):
+        raise r.fail("joints", names, "joint names must be unique")
+    sensors = tuple(_sensor(s) for s in r.tables("sensors"))
+    snames = [s.name for s in sensors]
+    if len(set(snames)) != len(snames):
+        raise r.fail("sensors", snames, "sensor names must be unique")
+    workspace = Workspace(ws.vec3("min_m"), ws.vec3("max_m"))
+    for i, ax in enumerate("xyz"):
+        if workspace.min_m[i] > workspace.max_m[i]:
+            raise ws.fail("min_m", list(workspace.min_m),
+                          f"min {ax} is greater than max {ax} ({workspace.max_m[i]})")
+    gripper = Gripper(
+        stroke_min_m=g.num("stroke_min_m", lo=0.0),
+        stroke_max_m=g.num("stroke_max_m", lo=0.0, lo_open=True),
+        force_min_n=g.num("force_min_n", lo=0.0),
+        force_max_n=g.num("force_max_n", lo=0.0, lo_open=True),
+        current_min_a=g.num("current_min_a", lo=0.0),
+        current_max_a=g.num("current_max_a", lo=0.0, lo_open=True),
+        current_nominal_a=g.num("current_nominal_a", lo=0.0, lo_open=True),
+        speed_max_m_s=g.num("speed_max_m_s", lo=0.0, lo_open=True),
+    )
+    _range(g, "stroke_min_m", "stroke_max_m", gripper.stroke_min_m, gripper.stroke_max_m)
+    _range(g, "force_min_n", "force_max_n", gripper.force_min_n, gripper.force_max_n)
+    _range(g, "current_min_a", "current_max_a", gripper.current_min_a, gripper.current_max_a)
+    if not gripper.current_min_a <= gripper.current_nominal_a <= gripper.current_max_a:
+        raise g.fail("current_nominal_a", gripper.current_nominal_a,
+                     "must lie between current_min_a and current_max_a")
+    desc = RobotDescription(
+        name=r.text("name"),
+        version=r.text("version"),
+        base_xyz_m=base.vec3("xyz_m"),
+        base_rpy_rad=base.vec3("rpy_rad", [0.0, 0.0, 0.0]),
+        tool_offset_m=tool.num("offset_m", lo=0.0),
+        joints=joints,
+        workspace=workspace,
+        table_z_m=table.num("z_m"),
+        gripper=gripper,
+        sensors=sensors,
+        source=source,
+    )
+    for sub in (base, tool, ws, table, g, r):
+        sub.done()
+    return desc
+
+
+def load_robot(path: str | Path) -> RobotDescription:
+    """Read and validate a robot description file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError("robot.description", str(p), "file not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("robot.description", str(p), f"not valid TOML: {exc}") from exc
+    return parse_robot(data, str(p))

@@ -1,0 +1,1 @@
+"""Hardware-in-the-loop: the simulated robot and the harnesses that drive a real daemon."""

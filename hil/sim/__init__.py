@@ -1,0 +1,1 @@
+"""The simulated robot firmware: physics, firmware behaviour and faults on a real tty."""

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: set up (idempotent), lint, type-check, then the whole pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check edge_agent hil tests models
+.venv/bin/mypy
+exec .venv/bin/python -m pytest "$@"
