@@ -10,7 +10,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
-from typing import ClassVar, Union
+from typing import ClassVar
 
 PROTO_VERSION = 1
 MAX_FRAME_LEN = 255  # decoded: type + seq + body + crc
@@ -203,10 +203,10 @@ class Event:
     detail: int = 0
 
 
-Message = Union[
-    Hello, Enable, Command, Stop, Ping, GReset, GState, HelloAck, Status, EstopEdge, Sensor,
-    Pong, Event,
-]
+Message = (
+    Hello | Enable | Command | Stop | Ping | GReset | GState | HelloAck | Status | EstopEdge
+    | Sensor | Pong | Event
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +325,7 @@ def encode(msg: Message, seq: int) -> bytes:
     """Encode `msg` as one wire frame: 0x00, COBS(frame), 0x00."""
     try:
         raw = _HEADER.pack(msg.TYPE, seq & 0xFFFF) + _body(msg)
-    except struct.error as exc:
+    except (struct.error, OverflowError) as exc:  # OverflowError: a float past the f32 range
         raise ValueError(f"cannot encode {type(msg).__name__}: {exc}") from exc
     if len(raw) + _CRC.size > MAX_FRAME_LEN:
         raise ValueError(f"{type(msg).__name__} frame is {len(raw) + 4} bytes > {MAX_FRAME_LEN}")
