@@ -1,0 +1,97 @@
+"""Robust filters for sensor samples: a Hampel spike filter and a running median, pure Python.
+
+The spike test compares a sample with the median of the samples before it and rejects it when it
+lies more than k robust standard deviations away (1.4826 * MAD estimates sigma for Gaussian
+noise), or more than a floor when the window is flat. The window holds the *raw* samples, the
+rejected ones too: an isolated spike is dropped, while a genuine step is accepted once it fills
+half the window (a step costs about window/2 samples of delay).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+MAD_TO_SIGMA = 1.4826
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of a non-empty sequence."""
+    s = sorted(values)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median of an empty sequence")
+    mid = n // 2
+    return s[mid] if n % 2 else 0.5 * (s[mid - 1] + s[mid])
+
+
+def mad(values: Sequence[float], center: float | None = None) -> float:
+    """Median absolute deviation from `center` (default: the median)."""
+    c = median(values) if center is None else center
+    return median([abs(v - c) for v in values])
+
+
+def is_spike(window: Sequence[float], value: float, k: float, floor: float = 0.0) -> bool:
+    """True when value is further than max(k * sigma_robust, floor) from the window's median."""
+    m = median(window)
+    return abs(value - m) > max(k * MAD_TO_SIGMA * mad(window, m), floor)
+
+
+def median_filter(values: Sequence[float], window: int) -> list[float]:
+    """Causal running median: each output is the median of up to `window` samples ending there."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    return [median(values[max(0, i + 1 - window):i + 1]) for i in range(len(values))]
+
+
+class SpikeFilter:
+    """Stateful spike test for a vector channel: `accept(sample)` says whether to use it."""
+
+    def __init__(self, dim: int, *, window: int = 7, k: float = 5.0, floor: float = 0.0,
+                 min_samples: int = 5) -> None:
+        if dim < 1 or window < 3 or not 3 <= min_samples <= window or k <= 0 or floor < 0:
+            raise ValueError("SpikeFilter needs dim >= 1, 3 <= min_samples <= window, k > 0, "
+                             "floor >= 0")
+        self.dim = dim
+        self.k = k
+        self.floor = floor
+        self.min_samples = min_samples
+        self._window: deque[tuple[float, ...]] = deque(maxlen=window)
+        self.rejected = 0
+
+    def accept(self, sample: Sequence[float]) -> bool:
+        """Test a sample against the ones before it, then remember it; False means a spike."""
+        if len(sample) != self.dim:
+            raise ValueError(f"expected {self.dim} values, got {len(sample)}")
+        ok = True
+        if len(self._window) >= self.min_samples:
+            for d in range(self.dim):
+                if is_spike([s[d] for s in self._window], sample[d], self.k, self.floor):
+                    ok = False
+                    break
+        self._window.append(tuple(sample))
+        if not ok:
+            self.rejected += 1
+        return ok
+
+    def reset(self) -> None:
+        self._window.clear()
+
+
+class MedianFilter:
+    """Running median of a vector channel over the last `window` samples."""
+
+    def __init__(self, dim: int, window: int = 5) -> None:
+        if dim < 1 or window < 1:
+            raise ValueError("MedianFilter needs dim >= 1 and window >= 1")
+        self.dim = dim
+        self._window: deque[tuple[float, ...]] = deque(maxlen=window)
+
+    def update(self, sample: Sequence[float]) -> tuple[float, ...]:
+        if len(sample) != self.dim:
+            raise ValueError(f"expected {self.dim} values, got {len(sample)}")
+        self._window.append(tuple(sample))
+        return tuple(median([s[d] for s in self._window]) for d in range(self.dim))
+
+    def reset(self) -> None:
+        self._window.clear()

@@ -1,0 +1,121 @@
+"""Sensor values as immutable records: readings per channel, channel health, the hub's snapshot.
+
+A `Reading` is what the control thread sees for one channel: the value (calibrated), the
+firmware time of the sample, the host's monotonic time when it arrived, whether the firmware
+called it valid, and where the value comes from now — measured, predicted by the channel's
+Kalman estimator, or stale (the last value, held, past any prediction). A `Snapshot` is the
+whole picture at one instant, built by `SensorHub.snapshot(now)`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class Source(StrEnum):
+    MEASURED = "measured"
+    PREDICTED = "predicted"
+    STALE = "stale"
+
+
+class Freshness(StrEnum):
+    """Whether a channel's measurements are arriving (REQUIREMENTS 19: STALE is never OK)."""
+
+    OK = "ok"  # a valid sample within `stale_periods` periods of the channel's rate
+    STALE = "stale"  # no valid sample for longer (or never)
+
+
+class Reading(NamedTuple):
+    """One channel's value at one instant.
+
+    A NamedTuple rather than a frozen dataclass: as immutable, and several times cheaper to
+    build — the hub builds one per channel per STATUS frame, at 1 kHz.
+    """
+
+    channel: str
+    value: tuple[float, ...]
+    t_fw: float  # firmware time of the sample, s (fw_time_us / 1e6)
+    t_host: float  # host monotonic time when the sample arrived, s
+    valid: bool = True
+    source: Source = Source.MEASURED
+
+    def age(self, now: float) -> float:
+        """Seconds since the underlying measurement arrived."""
+        return now - self.t_host
+
+    def with_value(self, value: tuple[float, ...], source: Source) -> Reading:
+        """The same sample times, another value and source (a prediction or a held value)."""
+        return Reading(self.channel, value, self.t_fw, self.t_host, self.valid, source)
+
+
+class ChannelStatus(NamedTuple):
+    """A channel's state in a snapshot: its reading (None before the first), freshness, bounds."""
+
+    name: str
+    reading: Reading | None
+    freshness: Freshness
+    age_s: float  # since the last valid measurement arrived; inf if none yet
+    on_loss: str  # "predict" | "stop", from the robot description
+    past_bound: bool  # a predict channel stale for longer than its predict_max_s
+
+    @property
+    def source(self) -> Source:
+        return self.reading.source if self.reading is not None else Source.STALE
+
+    @property
+    def usable(self) -> bool:
+        """Fresh, or a predict channel within its bound (predicted, or held before the
+        estimators are up): safe to control with. The complement of `Snapshot.lost`."""
+        if self.reading is None:
+            return False
+        return self.freshness is Freshness.OK or (self.on_loss == "predict"
+                                                  and not self.past_bound)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the control thread needs for one tick; immutable, safe to keep.
+
+    Values never received are empty tuples / None. `q` is measured while the encoders are
+    fresh, Kalman-predicted while they are stale but within their bound, then the last value
+    held (`q_source` says which). `lost` lists what should stop the robot: stale `stop`
+    channels and predicted channels past their bound.
+    """
+
+    t: float  # host monotonic time the snapshot is for
+    fw_time_s: float | None  # firmware time of the last STATUS
+    flags: int  # StatusFlag bits of the last STATUS (0 before the first)
+    last_cmd_seq: int | None
+    estop_input: bool | None  # None: never reported
+    q: tuple[float, ...]
+    dq: tuple[float, ...]
+    q_source: Source
+    currents: tuple[float, ...]
+    gripper_pos: float | None
+    gripper_current: float | None
+    gripper_force: float | None
+    object_pose: Reading | None
+    channels: Mapping[str, ChannelStatus]
+    stale: tuple[str, ...]
+    past_bound: tuple[str, ...]
+
+    def channel(self, name: str) -> ChannelStatus:
+        return self.channels[name]
+
+    @property
+    def lost(self) -> tuple[str, ...]:
+        """Channels whose loss calls for a protective stop (the caller decides what it needs)."""
+        return tuple(c.name for c in self.channels.values()
+                     if c.past_bound or (c.on_loss == "stop" and c.freshness is Freshness.STALE))
+
+    @property
+    def ok(self) -> bool:
+        return not self.lost
+
+
+def all_finite(values: tuple[float, ...]) -> bool:
+    return all(math.isfinite(v) for v in values)
