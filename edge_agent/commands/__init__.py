@@ -1,1 +1,18 @@
-"""edge_agent.commands layer."""
+"""edge_agent.commands: the in-process command API (schemas, admission, dispatch, replies)."""
+
+from edge_agent.commands.admission import Admission, AdmissionContext, Mode, Verdict, admit
+from edge_agent.commands.api import CommandAPI, CommandContext, Handler
+from edge_agent.commands.codes import CommandRefused, ErrorCode, ErrorInfo, Reply
+from edge_agent.commands.dedup import (
+    DedupEntry,
+    DedupStore,
+    JsonFileDedupStore,
+    MemoryDedupStore,
+)
+from edge_agent.commands.schema import COMMANDS, Limits
+
+__all__ = [
+    "COMMANDS", "Admission", "AdmissionContext", "CommandAPI", "CommandContext",
+    "CommandRefused", "DedupEntry", "DedupStore", "ErrorCode", "ErrorInfo", "Handler",
+    "JsonFileDedupStore", "Limits", "MemoryDedupStore", "Mode", "Reply", "Verdict", "admit",
+]

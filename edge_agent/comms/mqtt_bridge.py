@@ -1,0 +1,398 @@
+"""The MQTT bridge: one paho 2.x client onto the CommandAPI, presence (birth/LWT), publish helpers.
+
+Threads: paho's network thread runs the callbacks, which never block and never wait for a
+publish — they put commands into a bounded `CommandInbox` drained by one worker thread that calls
+`CommandAPI.handle` and publishes the reply. The exception is the e-stop (`<prefix>/cmd/estop` and
+the fleet topic): `on_estop(source)` is called right in paho's thread, whatever the payload,
+retain flag or expiry, and then the e-stop is queued at the front of the inbox for its reply.
+
+Presence follows Sparkplug's bdSeq: the Last Will (`offline`, retained) is set before each
+connection attempt with that attempt's `seq`; the birth (`online`, retained) carries the same
+`seq`; a clean `stop()` publishes `offline` itself, then disconnects (which discards the will).
+
+Sessions: by default the first connection of a run starts clean (commands queued while the daemon
+was down are not executed at boot) and later reconnects resume the session (`session_expiry_s`),
+so commands sent during a network blip arrive; MQTT 5 message expiry is honoured on arrival.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import paho.mqtt.client as paho
+import structlog
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from edge_agent import __version__
+from edge_agent.clock import Clock, MonotonicClock
+from edge_agent.commands.api import CommandAPI
+from edge_agent.commands.codes import ErrorCode, Reply
+from edge_agent.commands.schema import recover_id
+from edge_agent.comms.inbox import CommandInbox, InboundCommand
+from edge_agent.comms.mqtt_common import (
+    FLEET_ESTOP_TOPIC,
+    TlsOptions,
+    Topics,
+    check_topic_level,
+    make_client,
+    mqtt_properties,
+    protocol_number,
+    reason_failed,
+    set_nodelay,
+    to_payload,
+)
+
+_log = structlog.get_logger(__name__)
+
+
+class MqttBridge:
+    """Owns the daemon's MQTT connection. `start()` returns at once; `stop()` is idempotent."""
+
+    def __init__(
+        self,
+        api: CommandAPI,
+        *,
+        device_id: str,
+        host: str = "localhost",
+        port: int = 1883,
+        username: str | None = None,
+        password: str | None = None,
+        tls: TlsOptions | None = None,
+        topic_prefix: str | None = None,
+        fleet_estop_topic: str = FLEET_ESTOP_TOPIC,
+        protocol: str | int = "5",
+        keepalive: int = 30,
+        max_queued: int = 1000,
+        inbox_size: int = 256,
+        reconnect_min_s: float = 1.0,
+        reconnect_max_s: float = 30.0,
+        clean_start: bool | None = None,
+        session_expiry_s: int = 300,
+        will_delay_s: int = 0,
+        boot_id: str | None = None,
+        version: str = __version__,
+        config_hash: str = "",
+        telemetry_min_interval_s: float = 1.0,
+        on_estop: Callable[[str], None] | None = None,
+        on_connection: Callable[[bool], None] | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._api = api
+        self.device_id = check_topic_level("device.id", device_id)
+        self.topics = Topics(topic_prefix or f"edge/{device_id}", fleet_estop_topic)
+        self._host, self._port, self._keepalive = host, port, keepalive
+        self._v5 = protocol_number(protocol) == paho.MQTTv5
+        self._clean_start = clean_start
+        self._session_expiry_s = session_expiry_s
+        self._will_delay_s = will_delay_s
+        self._identity = {"boot_id": boot_id or uuid.uuid4().hex, "version": version,
+                          "config_hash": config_hash}
+        self._telemetry_min_interval_s = telemetry_min_interval_s
+        self._on_estop = on_estop
+        self._on_connection = on_connection
+        self._clock: Clock = clock or MonotonicClock()
+        self._rng = rng or random.Random()
+        self._reconnect = (reconnect_min_s, reconnect_max_s)
+        self._lock = threading.Lock()
+        self._attempt_seq = 0  # the seq the will of the pending connection attempt carries
+        self._live_seq: int | None = None  # the seq of the current connection's birth
+        self._connections = 0
+        self._connected = threading.Event()
+        self._subscribed = threading.Event()  # this connection's SUBACK came back granted
+        self._sub_mid: int | None = None
+        self._last_state: Mapping[str, Any] | None = None
+        self._last_telemetry: float | None = None
+        self._started = self._stopped = False
+        self.counters: dict[str, int] = dict.fromkeys((
+            "received", "estops", "ignored", "replies", "publish_dropped", "publish_refused",
+            "telemetry_suppressed", "connections", "disconnects"), 0)
+        self._inbox = CommandInbox(self._process, maxsize=inbox_size)
+        # 3.1.1 has no "clean only at first": a persistent session only when asked for.
+        self._client = make_client(device_id, protocol=protocol,
+                                   username=username or device_id,
+                                   password=password, tls=tls,
+                                   clean_session=clean_start is not False)
+        self._client.max_queued_messages_set(max_queued)
+        self._client.enable_logger()  # paho's own debug lines (never the password) via logging
+        self._jitter_reconnect()
+        self._client.on_pre_connect = self._on_pre_connect
+        self._client.on_socket_open = self._on_socket_open
+        self._client.on_connect = self._on_connect
+        self._client.on_connect_fail = self._on_connect_fail
+        self._client.on_disconnect = self._on_disconnect
+        self._client.on_message = self._on_message
+        self._client.on_subscribe = self._on_subscribe
+        self._client.on_publish = self._on_publish
+        self._set_will(self._attempt_seq)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker and paho's loop; connects in the background (never blocks)."""
+        with self._lock:
+            if self._started or self._stopped:
+                return
+            self._started = True
+        self._inbox.start()
+        kwargs: dict[str, Any] = {}
+        if self._v5:
+            props = mqtt_properties(PacketTypes.CONNECT)
+            if self._session_expiry_s > 0:
+                props.SessionExpiryInterval = self._session_expiry_s
+            kwargs["properties"] = props
+            kwargs["clean_start"] = (paho.MQTT_CLEAN_START_FIRST_ONLY
+                                     if self._clean_start is None else self._clean_start)
+        _log.info("mqtt_connecting", host=self._host, port=self._port, client_id=self.device_id,
+                  protocol="5" if self._v5 else "3.1.1", prefix=self.topics.prefix,
+                  boot_id=self._identity["boot_id"])
+        self._client.connect_async(self._host, self._port, self._keepalive, **kwargs)
+        self._client.loop_start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Publish retained `offline`, disconnect cleanly, stop the threads. Never raises."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            started = self._started
+        self._inbox.stop(timeout)
+        if started and self._connected.is_set():
+            try:
+                info = self._client.publish(self.topics.status, self._status("offline"),
+                                            qos=1, retain=True)
+                info.wait_for_publish(timeout)
+            except (RuntimeError, ValueError) as exc:  # lost the connection meanwhile
+                _log.warning("mqtt_offline_not_published", error=str(exc))
+        for step in (self._client.disconnect, *((self._client.loop_stop,) if started else ())):
+            try:
+                step()
+            except Exception:
+                _log.exception("mqtt_stop_step_failed", step=step.__name__)
+        _log.info("mqtt_stopped", counters=dict(self.counters))
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """Connected and subscribed: commands sent now will be received."""
+        return self._connected.is_set() and self._subscribed.is_set()
+
+    def wait_ready(self, timeout: float) -> bool:
+        return self._subscribed.wait(timeout) and self._connected.is_set()
+
+    @property
+    def seq(self) -> int | None:
+        """The `seq` of the current (or last) connection's birth."""
+        return self._live_seq
+
+    @property
+    def inbox(self) -> CommandInbox:
+        return self._inbox
+
+    # -- publish helpers (any thread, never block) ----------------------------------------
+
+    def publish_state(self, state: Mapping[str, Any]) -> bool:
+        """Retained `<prefix>/state`; re-published after every reconnect."""
+        self._last_state = dict(state)
+        return self._publish(self.topics.state, state, qos=1, retain=True)
+
+    def publish_event(self, event: Mapping[str, Any]) -> bool:
+        return self._publish(self.topics.event, event, qos=1)
+
+    def publish_report(self, report: Mapping[str, Any]) -> bool:
+        return self._publish(self.topics.report, report, qos=1)
+
+    def publish_telemetry(self, telemetry: Mapping[str, Any]) -> bool:
+        """QoS 0, at most one per `telemetry_min_interval_s`; False when suppressed or dropped."""
+        now = self._clock.now()
+        with self._lock:
+            last = self._last_telemetry
+            if last is not None and now - last < self._telemetry_min_interval_s:
+                self.counters["telemetry_suppressed"] += 1
+                return False
+            self._last_telemetry = now
+        return self._publish(self.topics.telemetry, telemetry, qos=0)
+
+    def _publish(self, topic: str, data: Mapping[str, Any], *, qos: int, retain: bool = False,
+                 properties: Properties | None = None) -> bool:
+        try:
+            info = self._client.publish(topic, to_payload(data), qos=qos, retain=retain,
+                                        properties=properties)
+        except (TypeError, ValueError) as exc:
+            _log.error("mqtt_publish_invalid", topic=topic, error=str(exc))
+            return False
+        rc = info.rc
+        # Not connected: paho keeps QoS>0 messages for the next connection (up to max_queued).
+        if rc == paho.MQTT_ERR_SUCCESS or (rc == paho.MQTT_ERR_NO_CONN and qos > 0):
+            return True
+        with self._lock:
+            self.counters["publish_dropped"] += 1
+            dropped = self.counters["publish_dropped"]
+        if dropped == 1 or dropped % 100 == 0:
+            _log.warning("mqtt_publish_dropped", topic=topic, rc=paho.error_string(rc),
+                         dropped=dropped)
+        return False
+
+    # -- presence --------------------------------------------------------------------------
+
+    def _status(self, state: str, seq: int | None = None) -> bytes:
+        use = self._live_seq if seq is None else seq
+        return to_payload({"v": 1, "state": state, **self._identity, "seq": use})
+
+    def _set_will(self, seq: int) -> None:
+        props = None
+        if self._v5 and self._will_delay_s > 0:
+            props = mqtt_properties(PacketTypes.WILLMESSAGE)
+            props.WillDelayInterval = self._will_delay_s
+        self._client.will_set(self.topics.status, self._status("offline", seq), qos=1,
+                              retain=True, properties=props)
+
+    def _jitter_reconnect(self) -> None:
+        lo, hi = self._reconnect
+        # Per-device jitter so a fleet does not reconnect in lock-step after a broker restart;
+        # paho doubles the delay from the min up to the max within one outage.
+        # paho annotates ints but computes with floats (sub-second delays work).
+        self._client.reconnect_delay_set(
+            lo * self._rng.uniform(0.5, 1.5),  # type: ignore[arg-type]
+            max(lo, hi * self._rng.uniform(0.75, 1.0)),  # type: ignore[arg-type]
+        )
+
+    # -- paho callbacks (paho's thread: quick, never block) ------------------------------
+
+    def _on_pre_connect(self, client: paho.Client, userdata: Any) -> None:
+        self._attempt_seq = self._connections
+        self._set_will(self._attempt_seq)
+
+    def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        set_nodelay(sock)
+
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
+                    properties: Any) -> None:
+        if reason_failed(reason_code):
+            _log.error("mqtt_connect_refused", reason=str(reason_code), host=self._host)
+            return
+        set_nodelay(client.socket())
+        self._live_seq = self._attempt_seq
+        self._connections += 1
+        self.counters["connections"] += 1
+        cmd_opts: Any = 1
+        fleet_opts: Any = 1
+        if self._v5:  # a retained command is never run; a retained fleet e-stop still stops
+            cmd_opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+            fleet_opts = SubscribeOptions(qos=1)
+        self._subscribed.clear()
+        _rc, self._sub_mid = client.subscribe([(self.topics.cmd_filter, cmd_opts),
+                                               (self.topics.fleet_estop, fleet_opts)])
+        client.publish(self.topics.status, self._status("online"), qos=1, retain=True)
+        if self._last_state is not None:
+            client.publish(self.topics.state, to_payload(self._last_state), qos=1, retain=True)
+        self._jitter_reconnect()
+        self._connected.set()
+        _log.info("mqtt_connected", seq=self._live_seq,
+                  session_present=bool(getattr(flags, "session_present", False)))
+        self._notify_connection(True)
+
+    def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
+        _log.warning("mqtt_connect_failed", host=self._host, port=self._port)
+
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
+                       properties: Any) -> None:
+        was = self._connected.is_set()
+        self._connected.clear()
+        self._subscribed.clear()
+        if was:
+            self.counters["disconnects"] += 1
+            _log.warning("mqtt_disconnected", reason=str(reason_code), seq=self._live_seq)
+            self._notify_connection(False)
+
+    def _notify_connection(self, up: bool) -> None:
+        if self._on_connection is not None:
+            try:
+                self._on_connection(up)
+            except Exception:
+                _log.exception("on_connection_failed")
+
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, reason_codes: Any,
+                      properties: Any) -> None:
+        failed = [str(rc) for rc in reason_codes if reason_failed(rc)]
+        if failed:
+            _log.error("mqtt_subscribe_refused", reasons=failed)
+        elif mid == self._sub_mid:
+            self._subscribed.set()
+
+    def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason_code: Any,
+                    properties: Any) -> None:
+        if reason_failed(reason_code):  # MQTT 5 PUBACK with an error, e.g. an ACL refusal
+            self.counters["publish_refused"] += 1
+            _log.warning("mqtt_publish_refused", mid=mid, reason=str(reason_code))
+
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        try:
+            self._dispatch(msg)
+        except Exception:
+            _log.exception("mqtt_dispatch_failed", topic=msg.topic)
+
+    def _dispatch(self, msg: paho.MQTTMessage) -> None:
+        now = self._clock.now()
+        topic = msg.topic
+        self.counters["received"] += 1
+        props = getattr(msg, "properties", None)
+        response_topic = getattr(props, "ResponseTopic", None) or None
+        correlation = getattr(props, "CorrelationData", None) or None
+        if topic in (self.topics.fleet_estop, self.topics.cmd("estop")):
+            source = "fleet" if topic == self.topics.fleet_estop else "mqtt"
+            self.counters["estops"] += 1
+            if self._on_estop is not None:
+                try:
+                    self._on_estop(source)
+                except Exception:
+                    _log.exception("on_estop_failed", source=source)
+            self._inbox.offer(InboundCommand("estop", bytes(msg.payload), source, None,
+                                             response_topic, correlation, priority=True))
+            return
+        name = self.topics.command_name(topic)
+        if name is None or msg.retain:
+            self.counters["ignored"] += 1
+            _log.warning("mqtt_message_ignored", topic=topic, retained=bool(msg.retain))
+            return
+        expiry = getattr(props, "MessageExpiryInterval", None)
+        deadline = now + float(expiry) if expiry is not None else None
+        item = InboundCommand(name, bytes(msg.payload), "mqtt", deadline, response_topic,
+                              correlation)
+        if not self._inbox.offer(item):
+            self._send_reply(item, Reply.failure(recover_id(item.payload), ErrorCode.OVERLOADED,
+                                                 "command inbox full; try again"))
+
+    # -- worker thread ---------------------------------------------------------------------
+
+    def _process(self, item: InboundCommand) -> None:
+        reply = self._api.handle(item.name, item.payload, source=item.source,
+                                 deadline=item.deadline)
+        self._send_reply(item, reply)
+
+    def _send_reply(self, item: InboundCommand, reply: Reply) -> None:
+        if reply.id is None and item.correlation is None:
+            _log.info("mqtt_reply_unroutable", command=item.name, code=str(reply.code))
+            return
+        topic = self.topics.reply(item.name)
+        props = None
+        if item.response_topic and not any(c in item.response_topic for c in "+#\x00"):
+            topic = item.response_topic
+        if self._v5 and item.correlation is not None:
+            props = mqtt_properties(PacketTypes.PUBLISH)
+            props.CorrelationData = item.correlation
+        if self._publish(topic, reply.to_dict(), qos=1, properties=props):
+            with self._lock:
+                self.counters["replies"] += 1

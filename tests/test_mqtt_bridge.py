@@ -1,0 +1,368 @@
+"""The MQTT bridge against a private Mosquitto (password file + ACL): commands, replies, expiry,
+e-stop, dedup, malformed payloads, ACLs, publish helpers, round-trip figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import MQTT_USERS
+from mosquitto import Mosquitto, Probe, wait_until
+from structlog.testing import capture_logs
+
+from edge_agent.clock import ManualClock
+from edge_agent.commands import CommandAPI, CommandContext, Mode
+from edge_agent.comms.inbox import CommandInbox, InboundCommand
+from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_common import Topics
+from edge_agent.errors import ConfigError
+
+
+class Device:
+    """A CommandAPI with recording handlers plus the bridge under test."""
+
+    def __init__(self, broker: Mosquitto, **kwargs: Any) -> None:
+        self.clock = kwargs.pop("clock", None) or ManualClock(1000.0)
+        self.api = CommandAPI(lambda: Mode.IDLE, clock=self.clock)
+        self.ran: list[tuple[str, str]] = []
+        self.estops: list[str] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+        for name in ("status", "task.start", "estop", "reset"):
+            self.api.register(name, self._record)
+        self.bridge = MqttBridge(
+            self.api, device_id="dev1", host=broker.host, port=broker.port,
+            password=MQTT_USERS["dev1"], reconnect_min_s=0.05, reconnect_max_s=0.5,
+            on_estop=self.estops.append, clock=self.clock, **kwargs)
+
+    def _record(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        self.ran.append((ctx.command, ctx.id))
+        self.entered.set()
+        assert self.gate.wait(20)
+        return {"command": ctx.command}
+
+    def start(self) -> Device:
+        self.bridge.start()
+        assert self.bridge.wait_ready(10), "bridge did not connect and subscribe"
+        return self
+
+    def ids(self) -> list[str]:
+        return [cid for _, cid in self.ran]
+
+
+@pytest.fixture
+def operator(broker: Mosquitto) -> Iterator[Probe]:
+    p = Probe(broker, "operator", MQTT_USERS["operator"])
+    assert not p.connect().is_failure
+    assert not p.subscribe("edge/dev1/reply/#")[0].is_failure
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def device(broker: Mosquitto) -> Iterator[Device]:
+    d = Device(broker).start()
+    yield d
+    d.gate.set()
+    d.bridge.stop()
+
+
+def body(cid: str, **args: Any) -> bytes:
+    return json.dumps({"v": 1, "id": cid, **args}).encode()
+
+
+def reply_for(probe: Probe, cid: str | None, timeout: float = 10.0) -> dict[str, Any]:
+    msg = probe.expect(lambda m: json.loads(m.payload).get("id") == cid, timeout)
+    data: dict[str, Any] = json.loads(msg.payload)
+    data["_topic"] = msg.topic
+    return data
+
+
+def test_anonymous_and_wrong_password_are_refused(broker: Mosquitto) -> None:
+    for user, pw in [(None, None), ("dev1", "wrong"), ("nobody", "x")]:
+        p = Probe(broker, user, pw)
+        try:
+            rc = p.connect()
+            assert rc.is_failure and rc.getName() in ("Not authorized", "Bad user name or password")
+        finally:
+            p.close()
+
+
+def test_a_device_cannot_read_or_write_another_devices_topics(broker: Mosquitto,
+                                                              operator: Probe) -> None:
+    dev2 = Probe(broker, "dev2", MQTT_USERS["dev2"], client_id="dev2")
+    try:
+        assert not dev2.connect().is_failure
+        dev2.subscribe("edge/dev1/cmd/+")  # granted by mosquitto 2.0, but never delivered
+        dev2.subscribe("edge/dev2/cmd/+")
+        operator.subscribe("edge/dev1/#")
+        operator.publish("edge/dev1/cmd/status", body("for-dev1"))
+        dev2.publish("edge/dev1/cmd/estop", body("spoofed"))  # write denied by the ACL
+        dev2.publish("edge/dev1/status", b'{"state": "online"}')
+        operator.publish("edge/dev2/cmd/status", body("for-dev2"))
+        got = dev2.expect(lambda m: m.topic.startswith("edge/dev2/cmd/"))
+        assert json.loads(got.payload)["id"] == "for-dev2"
+        assert all(not m.topic.startswith("edge/dev1/") for m in dev2.drain())
+        operator.publish("edge/dev1/cmd/marker", body("marker"))
+        operator.expect("edge/dev1/cmd/marker")
+        seen = [json.loads(m.payload).get("id") for m in operator.drain()]
+        assert "spoofed" not in seen
+        assert not [m for m in operator.drain() if m.topic == "edge/dev1/status"]
+    finally:
+        dev2.close()
+
+
+def test_command_gets_its_reply(device: Device, operator: Probe) -> None:
+    operator.publish("edge/dev1/cmd/status", body("s-1"))
+    reply = reply_for(operator, "s-1")
+    assert reply == {"v": 1, "id": "s-1", "ok": True, "result": {"command": "status"},
+                     "_topic": "edge/dev1/reply/status"}
+    sock = device.bridge._client.socket()  # TCP_NODELAY was set on paho's socket
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_response_topic_and_correlation_data_are_honoured(device: Device,
+                                                          operator: Probe) -> None:
+    operator.publish("edge/dev1/cmd/status", body("rr-1"), response_topic="edge/dev1/reply/x/abc",
+                     correlation=b"corr-7")
+    msg = operator.expect("edge/dev1/reply/x/abc")
+    assert msg.properties.CorrelationData == b"corr-7"
+    assert json.loads(msg.payload)["id"] == "rr-1"
+
+
+def test_duplicate_command_runs_once_and_is_answered_twice(device: Device,
+                                                           operator: Probe) -> None:
+    operator.publish("edge/dev1/cmd/task.start", body("dup-1"))
+    operator.publish("edge/dev1/cmd/task.start", body("dup-1"))
+    first, second = reply_for(operator, "dup-1"), reply_for(operator, "dup-1")
+    assert first == second and first["ok"]
+    assert device.ids().count("dup-1") == 1
+
+
+@pytest.mark.parametrize(("cid", "payload", "code"), [
+    ("m-json", b'{"id": "m-json", "v": 1,', "bad_json"),
+    ("m-deep", b'{"id": "m-deep", "v": 1, "x": ' + b"[" * 12 + b"]" * 12 + b"}", "too_deep"),
+    ("m-type", b'{"id": "m-type", "v": 1, "params": {"object": [1, "a", 3]}}', "bad_args"),
+    ("m-ver", b'{"id": "m-ver", "v": 3}', "bad_version"),
+    ("m-big", b'{"id": "m-big", "v": 1, "pad": "' + b"x" * 70000 + b'"}', "too_large"),
+])
+def test_malformed_payloads_get_error_replies(device: Device, operator: Probe, cid: str,
+                                              payload: bytes, code: str) -> None:
+    operator.publish("edge/dev1/cmd/task.start", payload)
+    reply = reply_for(operator, cid)
+    assert reply["ok"] is False and reply["error"]["code"] == code
+    assert cid not in device.ids()
+
+
+def test_unknown_command_and_missing_id(device: Device, operator: Probe) -> None:
+    operator.publish("edge/dev1/cmd/teleport", body("u-1"))
+    reply = reply_for(operator, "u-1")
+    assert reply["error"]["code"] == "unknown_command"
+    assert reply["_topic"] == "edge/dev1/reply/teleport"
+    with capture_logs() as logs:
+        operator.publish("edge/dev1/cmd/status", b'{"v": 1}')  # no id: nothing to reply to
+        operator.publish("edge/dev1/cmd/status", b"\xff\xfe")  # not even text
+        operator.publish("edge/dev1/cmd/status", body("after"))
+        assert reply_for(operator, "after")["ok"]
+    codes = [e.get("code") for e in logs if e["event"] == "command_rejected"]
+    assert codes == ["missing_id", "bad_json"]
+    assert [e for e in logs if e["event"] == "mqtt_reply_unroutable"]
+
+
+def test_expired_while_offline_is_dropped_by_the_broker(broker: Mosquitto,
+                                                        operator: Probe) -> None:
+    first = Device(broker, clean_start=False, session_expiry_s=60).start()
+    first.bridge.stop()  # the session (and its subscription) stays at the broker
+    operator.publish("edge/dev1/cmd/status", body("stale"), expiry=1)
+    operator.publish("edge/dev1/cmd/status", body("fresh"))
+    t0 = time.monotonic()
+    # Not synchronisation: the expiry must elapse on the broker's clock (1 s resolution).
+    wait_until(lambda: time.monotonic() - t0 > 2.5, 5, "the expiry interval to pass")
+    second = Device(broker, clean_start=False, session_expiry_s=60).start()
+    try:
+        assert reply_for(operator, "fresh")["ok"]
+        assert second.ids() == ["fresh"]
+        assert all(json.loads(m.payload).get("id") != "stale" for m in operator.drain())
+    finally:
+        second.bridge.stop()
+
+
+def test_expired_in_the_inbox_is_refused_but_an_expired_estop_still_stops(
+        broker: Mosquitto, operator: Probe) -> None:
+    dev = Device(broker).start()
+    try:
+        dev.gate.clear()
+        dev.entered.clear()
+        operator.publish("edge/dev1/cmd/task.start", body("blocker"))
+        assert dev.entered.wait(10)
+        operator.publish("edge/dev1/cmd/status", body("late"), expiry=5)
+        wait_until(lambda: dev.bridge.inbox.depth() == 1, 10, "the command to be queued")
+        dev.clock.advance(10)  # the worker takes it 10 s after it arrived with 5 s to live
+        operator.publish("edge/dev1/cmd/estop", body("stop-late", expires_at=1.0), expiry=1)
+        wait_until(lambda: dev.estops == ["mqtt"], 10, "on_estop from paho's thread")
+        dev.gate.set()
+        late = reply_for(operator, "late")
+        assert late["error"]["code"] == "expired"
+        assert reply_for(operator, "stop-late")["ok"] is True
+        assert "late" not in dev.ids() and "stop-late" in dev.ids()
+    finally:
+        dev.gate.set()
+        dev.bridge.stop()
+
+
+def test_fleet_estop_and_garbage_estop_trip(device: Device, operator: Probe) -> None:
+    operator.publish("edge/fleet/cmd/estop", body("fleet-1"))
+    assert reply_for(operator, "fleet-1")["ok"]
+    operator.publish("edge/dev1/cmd/estop", b"\x00garbage")
+    wait_until(lambda: device.estops == ["fleet", "mqtt"], 10, "both e-stops")
+
+
+def test_retained_commands_are_never_run(broker: Mosquitto, operator: Probe) -> None:
+    operator.publish("edge/dev1/cmd/task.start", body("retained-1"), retain=True)
+    for protocol in ("5", "3.1.1"):
+        dev = Device(broker, protocol=protocol).start()
+        try:
+            operator.publish("edge/dev1/cmd/status", body(f"marker-{protocol}"))
+            assert reply_for(operator, f"marker-{protocol}")["ok"]
+            assert "retained-1" not in dev.ids()
+        finally:
+            dev.bridge.stop()
+
+
+def test_mqtt_311_round_trip(broker: Mosquitto, operator: Probe) -> None:
+    dev = Device(broker, protocol="3.1.1").start()
+    try:
+        operator.publish("edge/dev1/cmd/status", body("v311"))
+        assert reply_for(operator, "v311")["ok"]
+    finally:
+        dev.bridge.stop()
+
+
+def test_inbox_overflow_is_answered_overloaded(broker: Mosquitto, operator: Probe) -> None:
+    dev = Device(broker, inbox_size=1).start()
+    try:
+        dev.gate.clear()
+        operator.publish("edge/dev1/cmd/task.start", body("held"))
+        assert dev.entered.wait(10)
+        operator.publish("edge/dev1/cmd/status", body("queued"))
+        operator.publish("edge/dev1/cmd/status", body("dropped"))
+        assert reply_for(operator, "dropped")["error"]["code"] == "overloaded"
+        dev.gate.set()
+        assert reply_for(operator, "queued")["ok"]
+        assert dev.bridge.inbox.overflow == 1
+    finally:
+        dev.gate.set()
+        dev.bridge.stop()
+
+
+def test_publish_helpers(device: Device, operator: Probe, broker: Mosquitto) -> None:
+    operator.subscribe("edge/dev1/#")
+    assert device.bridge.publish_state({"mode": "idle", "state": "idle", "degraded": []})
+    assert device.bridge.publish_event({"type": "ready", "startup_ms": 12})
+    assert device.bridge.publish_report({"id": "r1", "kind": "fault", "markdown": "# x"})
+    assert device.bridge.publish_telemetry({"loop_hz": 200})
+    assert not device.bridge.publish_telemetry({"loop_hz": 200})  # rate-limited
+    device.clock.advance(1.5)
+    assert device.bridge.publish_telemetry({"loop_hz": 199})
+    for topic in ("state", "event", "report", "telemetry"):
+        assert json.loads(operator.expect(f"edge/dev1/{topic}").payload)["v"] == 1
+    late = Probe(broker, "operator", MQTT_USERS["operator"])  # the state is retained
+    try:
+        late.connect()
+        late.subscribe("edge/dev1/state")
+        msg = late.expect("edge/dev1/state")
+        assert msg.retain and json.loads(msg.payload)["mode"] == "idle"
+    finally:
+        late.close()
+
+
+def test_round_trip_figures(broker: Mosquitto, operator: Probe, capsys: Any) -> None:
+    """All of N commands answered (functional); prints P50/P99 vs a raw paho echo baseline."""
+    n = int(os.environ.get("EDGE_MQTT_BENCH_N", "300"))
+    dev = Device(broker, clock=ManualClock(0.0)).start()
+    echo = Probe(broker, "operator", MQTT_USERS["operator"])
+    try:
+        echo.connect()
+        echo.subscribe("edge/dev1/cmd/echo")
+        echo.client.on_message = lambda c, u, m: c.publish("edge/dev1/reply/echo", m.payload, 1)
+        operator.subscribe("edge/dev1/reply/#")
+
+        def run(topic: str) -> list[float]:
+            out = []
+            for _ in range(n):
+                cid = uuid.uuid4().hex
+                t0 = time.perf_counter()
+                operator.publish(topic, body(cid), timeout=10)
+                reply_for(operator, cid)
+                out.append((time.perf_counter() - t0) * 1000)
+            return sorted(out)
+
+        base, bridge = run("edge/dev1/cmd/echo"), run("edge/dev1/cmd/status")
+        assert len(bridge) == n and len(dev.ran) == n
+        with capsys.disabled():
+            for label, xs in (("raw paho echo", base), ("bridge status", bridge)):
+                print(f"\n{label}: n={n} P50={statistics.median(xs):.2f} ms "
+                      f"P99={xs[int(0.99 * (n - 1))]:.2f} ms max={xs[-1]:.2f} ms")
+    finally:
+        echo.close()
+        dev.bridge.stop()
+
+
+def test_stop_is_idempotent_and_start_after_stop_is_a_no_op(broker: Mosquitto) -> None:
+    dev = Device(broker).start()
+    dev.bridge.stop()
+    dev.bridge.stop()
+    dev.bridge.start()
+    assert not dev.bridge.connected
+    never = MqttBridge(CommandAPI(lambda: Mode.IDLE), device_id="x", host=broker.host,
+                       port=broker.port)
+    never.stop()
+
+
+def test_inbox_priority_lane_and_bound() -> None:
+    done: list[str] = []
+    gate, entered = threading.Event(), threading.Event()
+
+    def process(item: InboundCommand) -> None:
+        if item.name == "hold":
+            entered.set()
+            assert gate.wait(10)
+        done.append(item.name)
+
+    inbox = CommandInbox(process, maxsize=2)
+    inbox.start()
+    try:
+        assert inbox.offer(InboundCommand("hold", b"", "mqtt", None))
+        assert entered.wait(10)
+        assert inbox.offer(InboundCommand("a", b"", "mqtt", None))
+        assert inbox.offer(InboundCommand("b", b"", "mqtt", None))
+        assert not inbox.offer(InboundCommand("c", b"", "mqtt", None))  # full
+        assert inbox.offer(InboundCommand("estop", b"", "fleet", None, priority=True))
+        gate.set()
+        wait_until(inbox.idle, 10, "the inbox to drain")
+        assert done == ["hold", "estop", "a", "b"] and inbox.overflow == 1
+    finally:
+        gate.set()
+        inbox.stop()
+        inbox.stop()
+    assert not inbox.offer(InboundCommand("late", b"", "mqtt", None))
+
+
+def test_topics_and_device_id_checks() -> None:
+    t = Topics("edge/dev1")
+    assert t.command_name("edge/dev1/cmd/task.start") == "task.start"
+    assert t.command_name("edge/dev1/cmd/a/b") is None
+    assert t.command_name("edge/dev2/cmd/status") is None
+    assert t.cmd_filter == "edge/dev1/cmd/+" and t.reply("reset") == "edge/dev1/reply/reset"
+    for bad in ("", "a/b", "dev+", "#"):
+        with pytest.raises(ConfigError, match=r"device\.id"):
+            MqttBridge(CommandAPI(lambda: Mode.IDLE), device_id=bad)

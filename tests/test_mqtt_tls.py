@@ -1,0 +1,92 @@
+"""docs/mosquitto/mosquitto.conf is a working config, and the bridge and `send_command` speak TLS
+to its TLS listener with a CA from their arguments (and refuse a server they cannot verify)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import MQTT_USERS
+from mosquitto import DOCS, Mosquitto, free_port
+from structlog.testing import capture_logs
+
+from edge_agent.commands import CommandAPI, Mode
+from edge_agent.comms.client import MqttTarget, send_command
+from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_common import TlsOptions
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(d: Path) -> None:
+    """A throw-away CA and a server certificate for 127.0.0.1 (EC keys: fast)."""
+    d.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+             "-subj", "/CN=edge-test-ca", cwd=d)
+    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=localhost", cwd=d)
+    (d / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext", cwd=d)
+
+
+@pytest.fixture
+def tls_broker(tmp_path: Path) -> Iterator[tuple[Mosquitto, int, Path]]:
+    pki = tmp_path / "certs"
+    make_pki(pki)
+    broker = Mosquitto(tmp_path / "mosquitto", MQTT_USERS)
+    tls_port = free_port()
+    text = (DOCS / "mosquitto.conf").read_text()
+    for old, new in [
+        ("/etc/mosquitto/passwd", str(broker.dir / "passwd")),
+        ("/etc/mosquitto/acl", str(broker.dir / "acl")),
+        ("/etc/mosquitto/certs", str(pki)),
+        ("/var/lib/mosquitto/", f"{broker.dir}/"),
+        ("listener 1883 127.0.0.1", f"listener {broker.port} 127.0.0.1"),
+        ("listener 8883", f"listener {tls_port} 127.0.0.1"),
+        ("log_dest syslog", "log_dest stderr"),
+    ]:
+        assert old in text, f"docs/mosquitto/mosquitto.conf no longer has {old!r}"
+        text = text.replace(old, new)
+    broker.use_config(text)
+    broker.start()
+    yield broker, tls_port, pki
+    broker.stop()
+
+
+def test_bridge_and_client_over_tls(tls_broker: tuple[Mosquitto, int, Path]) -> None:
+    broker, port, pki = tls_broker
+    api = CommandAPI(lambda: Mode.IDLE)
+    api.register("status", lambda a, c: {"tls": True})
+    tls = TlsOptions(ca_file=str(pki / "ca.crt"))
+    bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=port,
+                        password=MQTT_USERS["dev1"], tls=tls)
+    bridge.start()
+    try:
+        assert bridge.wait_ready(15), broker.log()
+        target = MqttTarget(device_id="dev1", host="127.0.0.1", port=port, username="operator",
+                            password=MQTT_USERS["operator"], tls=tls)
+        reply = send_command("status", {"id": "over-tls"}, mqtt=target, timeout=10)
+        assert reply["ok"] and reply["result"] == {"tls": True}
+    finally:
+        bridge.stop()
+
+
+def test_an_unverifiable_server_is_refused(tls_broker: tuple[Mosquitto, int, Path]) -> None:
+    _broker, port, _pki = tls_broker
+    api = CommandAPI(lambda: Mode.IDLE)
+    with capture_logs() as logs:
+        bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=port,
+                            password=MQTT_USERS["dev1"], tls=TlsOptions(),  # system CAs only
+                            reconnect_min_s=0.05, reconnect_max_s=0.2)
+        bridge.start()
+        try:
+            assert not bridge.wait_ready(2)
+        finally:
+            bridge.stop()
+    assert any(e["event"] == "mqtt_connect_failed" for e in logs)
