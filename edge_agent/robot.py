@@ -16,12 +16,15 @@ from typing import Any, Literal
 from edge_agent.errors import ConfigError
 
 ROBOT_SCHEMA_VERSION = 1
+MAX_JOINTS = 16  # docs/PROTOCOL.md: LIMIT_CLAMPED / OVERCURRENT details are u16 joint bit masks
 OnLoss = Literal["predict", "stop"]
 SensorSource = Literal["status", "sensor"]
 
 
 @dataclass(frozen=True, slots=True)
 class Joint:
+    """One revolute joint: axis, link length and limits (SI units)."""
+
     name: str
     axis: Literal["x", "y", "z"]
     link_length_m: float
@@ -37,6 +40,8 @@ class Joint:
 
 @dataclass(frozen=True, slots=True)
 class Workspace:
+    """Axis-aligned box (base frame) the tool centre may be commanded into."""
+
     min_m: tuple[float, float, float]
     max_m: tuple[float, float, float]
 
@@ -46,6 +51,8 @@ class Workspace:
 
 @dataclass(frozen=True, slots=True)
 class Gripper:
+    """The parallel gripper's stroke, force, current and speed range."""
+
     stroke_min_m: float
     stroke_max_m: float
     force_min_n: float
@@ -58,6 +65,8 @@ class Gripper:
 
 @dataclass(frozen=True, slots=True)
 class SensorChannel:
+    """One sensor channel: where it arrives, its rate and noise, what its loss means."""
+
     name: str
     source: SensorSource
     dim: int
@@ -71,6 +80,8 @@ class SensorChannel:
 
 @dataclass(frozen=True, slots=True)
 class RobotDescription:
+    """A validated robot description: frames, joints, workspace, gripper, sensor channels."""
+
     name: str
     version: str
     base_xyz_m: tuple[float, float, float]
@@ -131,7 +142,9 @@ class _Reader:
         self.used.add(k)
         if k not in self.t:
             if default is ...:
-                raise self.fail(k, None, "is required")
+                typo = _close(k, [x for x in self.t if x not in self.used])
+                raise self.fail(k, None, f"is required; is {self.key(typo)!r} a typo?" if typo
+                                else "is required")
             return default
         return self.t[k]
 
@@ -177,10 +190,36 @@ class _Reader:
             raise self.fail(k, v, "must be a non-empty array of tables")
         return [_Reader(x, f"{self.key(k)}[{i}].", self.source) for i, x in enumerate(v)]
 
+    def integer(self, k: str, default: Any = ..., *, lo: int, hi: int) -> int:
+        v = self.raw(k, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(k, v, "must be an integer")
+        if not lo <= v <= hi:
+            raise self.fail(k, v, f"must be >= {lo} and <= {hi}")
+        return v
+
     def done(self) -> None:
         unknown = sorted(set(self.t) - self.used)
         if unknown:
-            raise self.fail(unknown[0], self.t[unknown[0]], "unknown key")
+            k = unknown[0]
+            close = _close(k, sorted(self.used))
+            why = f"unknown key; did you mean {self.key(close)}?" if close else "unknown key"
+            raise self.fail(k, "{...}" if isinstance(self.t[k], Mapping) else self.t[k], why)
+
+
+def _close(word: str, candidates: list[str]) -> str | None:
+    import difflib
+
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _unique(readers: list[_Reader], names: list[str], what: str) -> None:
+    seen: dict[str, int] = {}
+    for i, (r, n) in enumerate(zip(readers, names, strict=True)):
+        if n in seen:
+            raise r.fail("name", n, f"duplicate {what} name (also {readers[seen[n]].key('name')})")
+        seen[n] = i
 
 
 def _range(r: _Reader, lo_key: str, hi_key: str, lo: float, hi: float) -> None:
@@ -210,7 +249,7 @@ def _sensor(r: _Reader) -> SensorChannel:
     s = SensorChannel(
         name=r.text("name"),
         source=r.text("source", choices=("status", "sensor")),  # type: ignore[arg-type]
-        dim=int(r.num("dim", lo=1, hi=16)),
+        dim=r.integer("dim", lo=1, hi=16),
         unit=r.text("unit"),
         rate_hz=r.num("rate_hz", lo=0.0, lo_open=True),
         noise_std=r.num("noise_std", lo=0.0),
@@ -218,10 +257,10 @@ def _sensor(r: _Reader) -> SensorChannel:
         predict_max_s=r.num("predict_max_s", 0.0, lo=0.0),
         latency_s=r.num("latency_s", 0.0, lo=0.0),
     )
-    if s.on_loss == "predict" and s.predict_max_s <= 0:
-        raise r.fail("predict_max_s", s.predict_max_s, "on_loss = 'predict' needs a bound > 0")
     if s.name == "estop_input" and s.on_loss != "stop":
         raise r.fail("on_loss", s.on_loss, "the e-stop input is never predicted")
+    if s.on_loss == "predict" and s.predict_max_s <= 0:
+        raise r.fail("predict_max_s", s.predict_max_s, "on_loss = 'predict' needs a bound > 0")
     r.done()
     return s
 
@@ -237,14 +276,15 @@ def parse_robot(data: Mapping[str, Any], source: str = "") -> RobotDescription:
     ws = r.table("workspace")
     table = r.table("table")
     g = r.table("gripper")
-    joints = tuple(_joint(j) for j in r.tables("joints"))
-    names = [j.name for j in joints]
-    if len(set(names)) != len(names):
-        raise r.fail("joints", names, "joint names must be unique")
-    sensors = tuple(_sensor(s) for s in r.tables("sensors"))
-    snames = [s.name for s in sensors]
-    if len(set(snames)) != len(snames):
-        raise r.fail("sensors", snames, "sensor names must be unique")
+    joint_tables = r.tables("joints")
+    if len(joint_tables) > MAX_JOINTS:
+        raise r.fail("joints", f"{len(joint_tables)} joints",
+                     f"at most {MAX_JOINTS} (the wire protocol's joint bit masks are 16 bits)")
+    joints = tuple(_joint(j) for j in joint_tables)
+    _unique(joint_tables, [j.name for j in joints], "joint")
+    sensor_tables = r.tables("sensors")
+    sensors = tuple(_sensor(s) for s in sensor_tables)
+    _unique(sensor_tables, [s.name for s in sensors], "sensor")
     workspace = Workspace(ws.vec3("min_m"), ws.vec3("max_m"))
     for i, ax in enumerate("xyz"):
         if workspace.min_m[i] > workspace.max_m[i]:

@@ -1,0 +1,246 @@
+"""`edge-agent`: the command-line entry point — run the daemon, check a config, send a command.
+
+    edge-agent run --config PATH [--sim] [--eager] [--set KEY=VALUE ...]
+    edge-agent check-config PATH [--sim] [--set KEY=VALUE ...] [--print]
+    edge-agent cmd NAME [JSON] [--config PATH] [--timeout S]
+    edge-agent version
+
+Exit codes:
+    0    success (check-config: valid; cmd: the reply says ok)
+    1    check-config: the config is invalid; cmd: refused (reply ok=false) or bad config
+    2    usage error (arguments, JSON), or a part this build does not have yet
+    3    cmd: no reply (daemon not reachable, timeout)
+    78   run: the config is invalid (EX_CONFIG; the unit's RestartPreventExitStatus=78 keeps
+         systemd from restart-looping on a config that can never start)
+    130  interrupted (Ctrl-C)
+    run otherwise exits with the daemon's own status.
+
+Errors are one line on stderr (`error: <file>: <key> = <value>: <why>`), never a traceback.
+Heavy parts (the daemon, the MQTT client, logging set-up) are imported only by the subcommand
+that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from edge_agent import __version__
+from edge_agent.errors import ConfigError, EdgeAgentError
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_REPLY, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 3, 78, 130
+DEFAULT_CONFIG = "/etc/edge-agent/edge-agent.toml"
+
+_SET_HELP = ("override a config key for this run, e.g. --set mqtt.port=1884, --set "
+             "link.port=/dev/ttyACM0, --set debug.failure_injection=true (VALUE is read as TOML "
+             "when it parses, else as text; relative paths are relative to the working directory); "
+             "repeatable")
+_EPILOG = """\
+examples:
+  edge-agent run --config configs/sim.toml --sim          simulated robot on a pty
+  edge-agent run --config /etc/edge-agent/edge-agent.toml real robot (as the systemd service does)
+  edge-agent check-config /etc/edge-agent/edge-agent.toml validate before restarting the service
+  edge-agent cmd status                                   ask the running daemon for its state
+  edge-agent cmd estop                                    e-stop (the hardware button still rules)
+  edge-agent cmd task.start '{"task": "pick_place"}'
+
+exit codes: 0 ok, 1 invalid config / command refused, 2 usage, 3 no reply, 78 run: invalid config
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="edge-agent", epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Fault-tolerant runtime daemon for a robot controller: MQTT commands, a "
+                    "state-machine executor, an e-stop latch and graceful degradation.")
+    p.add_argument("--version", action="version", version=f"edge-agent {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = sub.add_parser(
+        "run", help="run the daemon in the foreground",
+        description="Run the daemon in the foreground (systemd Type=notify). It comes up even "
+                    "without the serial device: in a protective stop, with a link_fault event, "
+                    "retrying the port. Logs are JSON lines on stdout unless stdout is a terminal.")
+    run.add_argument("--config", required=True, metavar="PATH", help="the TOML configuration")
+    run.add_argument("--sim", action="store_true",
+                     help="start the simulated robot (python -m hil.rig) on a pty and use it as "
+                          "link.port")
+    run.add_argument("--eager", action="store_true",
+                     help="load everything (policy model, Kalman estimators, calibration) before "
+                          "READY instead of in the background, to compare start-up paths")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+
+    chk = sub.add_parser(
+        "check-config", help="validate a config and its robot description",
+        description="Validate a configuration (and the robot description it names) without "
+                    "starting anything. Prints OK with the config hash that `status` will "
+                    "publish, or the bad key, its value and why.")
+    chk.add_argument("path", metavar="PATH", help="the TOML configuration")
+    chk.add_argument("--sim", action="store_true", help="check as `run --sim` would (link.port "
+                                                        "may be absent)")
+    chk.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=_SET_HELP)
+    chk.add_argument("--print", action="store_true", dest="show",
+                     help="also print the effective config as JSON (secrets as ***)")
+
+    cmd = sub.add_parser(
+        "cmd", help="send a command to the running daemon and print the reply",
+        description="Send one command to the running daemon (over its local control socket "
+                    "when it exists, else MQTT) and print the reply as JSON. Commands: "
+                    "task.start, task.cancel, resume, reset, estop, manual.enter, manual.jog, "
+                    "manual.exit, status, model.update, failure.inject.")
+    cmd.add_argument("name", metavar="NAME", help="the command, e.g. status, estop, reset")
+    cmd.add_argument("args", metavar="JSON", nargs="?", default="{}",
+                     help="the command's arguments as a JSON object, e.g. '{\"task\": "
+                          "\"pick_place\"}' (the id is added for you)")
+    cmd.add_argument("--config", metavar="PATH",
+                     default=os.environ.get("EDGE_AGENT_CONFIG", DEFAULT_CONFIG),
+                     help="the daemon's config, to find its socket and broker (default: "
+                          "$EDGE_AGENT_CONFIG, else %(default)s)")
+    cmd.add_argument("--timeout", type=float, default=5.0, metavar="S",
+                     help="seconds to wait for the reply (default: %(default)s)")
+
+    sub.add_parser("version", help="print the version, wire protocol and config schema")
+    return p
+
+
+def _config_error(exc: ConfigError, path: str) -> str:
+    return f"error: {exc}" if exc.source else f"error: {path}: {exc}"
+
+
+def _not_yet(what: str, exc: ImportError) -> int:
+    print(f"error: {what} is not yet implemented in this build ({exc})", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _missing_module(exc: ImportError, *modules: str) -> bool:
+    """True when the import failed because one of `modules` itself is absent."""
+    return exc.name in modules  # ModuleNotFoundError, or "cannot import name" from that module
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from edge_agent.config import load_config
+
+    try:
+        cfg = load_config(a.config, a.set, sim=a.sim)
+    except ConfigError as exc:
+        print(_config_error(exc, a.config), file=sys.stderr)
+        return EXIT_CONFIG
+    from edge_agent.logsetup import configure_logging
+
+    # Logging is configured here, once, before the daemon starts (it logs cfg.warnings itself).
+    configure_logging(cfg.log.level, cfg.log.format, cfg.secret_values())
+    try:
+        from edge_agent.daemon.main import (  # type: ignore[import-not-found,unused-ignore]
+            run as daemon_run,
+        )
+    except ImportError as exc:
+        if _missing_module(exc, "edge_agent.daemon.main", "edge_agent.daemon"):
+            return _not_yet("the daemon (edge_agent.daemon.main.run)", exc)
+        raise
+    rc = daemon_run(cfg, sim=a.sim, eager=a.eager)
+    return int(rc) if isinstance(rc, int) else EXIT_OK
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from edge_agent.config import load_config
+
+    try:
+        cfg = load_config(a.path, a.set, sim=a.sim)
+    except ConfigError as exc:
+        print(_config_error(exc, a.path), file=sys.stderr)
+        return EXIT_FAIL
+    except Exception as exc:  # never a traceback for an operator; this is a bug, say so
+        print(f"error: {a.path}: unexpected {type(exc).__name__}: {exc} (please report)",
+              file=sys.stderr)
+        return EXIT_FAIL
+    for w in cfg.warnings:
+        print(f"warning: {a.path}: {w}", file=sys.stderr)
+    r = cfg.robot
+    print(f"OK: {a.path} (device {cfg.device.id}, robot {r.name} {r.n_joints} joints, "
+          f"hash {cfg.hash})")
+    if a.show:
+        print(json.dumps(cfg.as_dict(), indent=2))
+    return EXIT_OK
+
+
+def _cmd_cmd(a: argparse.Namespace) -> int:
+    try:
+        args: Any = json.loads(a.args)
+    except json.JSONDecodeError as exc:
+        print(f"error: JSON arguments: {exc.msg} at column {exc.colno}", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(args, dict):
+        print("error: JSON arguments must be an object, e.g. '{\"task\": \"pick_place\"}'",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if a.timeout <= 0:
+        print("error: --timeout must be > 0", file=sys.stderr)
+        return EXIT_USAGE
+    from edge_agent.config import load_config
+
+    try:
+        cfg = load_config(a.config, sim=True)  # the daemon may run with --sim: no link.port
+    except ConfigError as exc:
+        print(_config_error(exc, a.config), file=sys.stderr)
+        return EXIT_FAIL
+    try:
+        from edge_agent.comms.client import MqttTarget, send_command
+        from edge_agent.comms.mqtt_common import TlsOptions
+    except ImportError as exc:
+        if _missing_module(exc, "edge_agent.comms.client", "edge_agent.comms.mqtt_common"):
+            return _not_yet("`cmd` (edge_agent.comms.client.send_command)", exc)
+        raise
+    m = cfg.mqtt
+    tls = None
+    if m.tls.enabled:
+        tls = TlsOptions(ca_file=_str(m.tls.ca_file), cert_file=_str(m.tls.cert_file),
+                         key_file=_str(m.tls.key_file), server_hostname_check=not m.tls.insecure)
+    target = MqttTarget(device_id=cfg.device.id, host=m.host, port=m.port, username=m.username,
+                        password=m.password.reveal() if m.password else None, tls=tls,
+                        topic_prefix=m.topic_prefix, protocol=m.protocol)
+    try:
+        reply = send_command(a.name, args, socket_path=cfg.state_dir / "control.sock",
+                             mqtt=target, timeout=a.timeout)
+    except (EdgeAgentError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_NO_REPLY
+    print(json.dumps(reply, indent=2 if sys.stdout.isatty() else None))
+    return EXIT_OK if reply.get("ok") else EXIT_FAIL
+
+
+def _str(p: object) -> str | None:
+    return None if p is None else str(p)
+
+
+def _cmd_version(a: argparse.Namespace) -> int:
+    from edge_agent.config_schema import SCHEMA_VERSION
+    from edge_agent.link.codec import PROTO_VERSION
+
+    py = ".".join(map(str, sys.version_info[:3]))
+    print(f"edge-agent {__version__} (wire protocol {PROTO_VERSION}, config schema "
+          f"{SCHEMA_VERSION}, python {py})")
+    return EXIT_OK
+
+
+_HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd,
+             "version": _cmd_version}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `edge-agent` console script; returns the exit code."""
+    a = _parser().parse_args(argv)
+    try:
+        return _HANDLERS[a.command](a)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `edge-agent check-config --print ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""The configuration schema: one frozen dataclass per section; each field carries its type, limits.
+
+The loader (edge_agent.config) walks these dataclasses, so a key exists exactly when a field
+declares it here, with its default and the checks that apply to it. configs/sim.toml documents
+every key in a comment. Units are in the key's suffix (_s, _ms, _us, _hz, _m, _n, _bytes).
+"""
+
+# opt() returns a dataclasses.field (with the Spec in its metadata), not a shared default.
+# ruff: noqa: RUF009
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+Kind = Literal["bool", "int", "float", "str", "path", "secret", "strlist", "table"]
+Exists = Literal["", "file", "dir"]
+
+ONNX_PROVIDERS = (
+    "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
+    "ROCMExecutionProvider", "MIGraphXExecutionProvider", "OpenVINOExecutionProvider",
+    "DnnlExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider",
+    "XnnpackExecutionProvider", "QNNExecutionProvider", "CoreMLExecutionProvider",
+)
+
+
+class Secret:
+    """A secret string (a password, a webhook URL with a token): repr and str are '***'."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself: call it only where it is handed to the library that needs it."""
+        return self._value
+
+    def digest(self) -> str:
+        """sha256 hex of the secret (what the config hash sees instead of the secret)."""
+        return hashlib.sha256(b"edge-agent secret\0" + self._value.encode()).hexdigest()
+
+    def __repr__(self) -> str:
+        return "***"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(("Secret", self._value))
+
+
+class Spec:
+    """How one key is read: its kind, whether it is required, its limits and why they exist.
+
+    A plain class, not a dataclass: every dataclass costs ~1 ms of start-up on a slow CPU.
+    """
+
+    __slots__ = ("choices", "derived", "exists", "hi", "hint", "kind", "lo", "lo_open",
+                 "pattern", "required", "table")
+
+    def __init__(self, kind: Kind, *, required: bool = False, lo: float | None = None,
+                 hi: float | None = None, lo_open: bool = False, choices: tuple[str, ...] = (),
+                 pattern: str | None = None, hint: str = "", exists: Exists = "",
+                 derived: str = "", table: type | None = None) -> None:
+        self.kind = kind
+        self.required = required
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+        self.choices = choices
+        self.pattern = pattern  # the whole string must match (re.fullmatch)
+        self.hint = hint  # appended to range / pattern errors: why the limit exists
+        self.exists = exists  # "file": a regular file; "dir": a directory if present
+        self.derived = derived  # the default is computed from other keys (documented here)
+        self.table = table
+
+    def __repr__(self) -> str:
+        return f"Spec({self.kind!r}, required={self.required})"
+
+
+def opt(kind: Kind, default: Any = None, **kw: Any) -> Any:
+    """A dataclass field with its Spec in the metadata."""
+    spec = Spec(kind, **kw)
+    if kind == "table":
+        assert spec.table is not None
+        return field(default_factory=spec.table, metadata={"spec": spec})
+    return field(default=default, metadata={"spec": spec})
+
+
+def _secs(default: float) -> Any:
+    return opt("float", default, lo=0.0, lo_open=True, hi=3600.0)
+
+
+# --------------------------------------------------------------------------- sections
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSection:
+    """[device]: who this robot is."""
+
+    id: str = opt("str", "", required=True, pattern=r"[A-Za-z0-9_-]{1,64}",
+                  hint="1-64 of A-Z a-z 0-9 _ - (it is also the MQTT client id and username)")
+
+
+@dataclass(frozen=True, slots=True)
+class MqttTlsSection:
+    """[mqtt.tls]: TLS to the broker (CA, client certificate)."""
+
+    enabled: bool = opt("bool", None, derived="true when ca_file or cert_file is set")
+    ca_file: Path | None = opt("path", exists="file")
+    cert_file: Path | None = opt("path", exists="file")
+    key_file: Path | None = opt("path", exists="file")
+    insecure: bool = opt("bool", False)
+
+
+@dataclass(frozen=True, slots=True)
+class MqttSection:
+    """[mqtt]: the broker, credentials, topics, queues and reconnect backoff."""
+
+    host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
+                    hint="a host name or an IP address, not a URL")
+    port: int = opt("int", 1883, lo=1, hi=65535)
+    username: str = opt("str", "", derived="device.id")
+    password: Secret | None = opt("secret")  # the effective password, inline or from the file
+    password_file: Path | None = opt("path", exists="file")
+    tls: MqttTlsSection = opt("table", table=MqttTlsSection)
+    topic_prefix: str = opt("str", "", derived="edge/<device.id>")
+    protocol: str = opt("str", "5", choices=("5", "3.1.1"))
+    keepalive_s: int = opt("int", 10, lo=1, hi=65535)
+    fleet_topic: str = opt("str", "edge/fleet/cmd/estop")
+    max_queued: int = opt("int", 1000, lo=1, hi=1_000_000)
+    reconnect_min_s: float = _secs(0.5)
+    reconnect_max_s: float = _secs(30.0)
+    dedup_window_s: float = opt("float", 3600.0, lo=0.0, lo_open=True, hi=30 * 86400.0)
+    telemetry_hz: float = opt("float", 10.0, lo=0.0, hi=100.0, hint="0 turns telemetry off")
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSection:
+    """[link]: the serial link to the drives and its guardian process."""
+
+    port: str | None = opt("str", derived="required unless --sim (the rig's pty)")
+    baudrate: int = opt("int", 1_000_000, lo=1200, hi=20_000_000)
+    deadman_ms: int = opt("int", 50, lo=5, hi=1000)
+    status_period_us: int = opt("int", 1000, lo=100, hi=100_000)
+    fault_after: int = opt("int", 5, lo=1, hi=1000)
+    reopen_min_s: float = opt("float", 0.2, lo=0.0, lo_open=True, hi=60.0)
+    reopen_max_s: float = opt("float", 5.0, lo=0.0, lo_open=True, hi=600.0)
+    guardian_priority: int = opt("int", 30, lo=0, hi=49,
+                                 hint="SCHED_FIFO priority, 0 = off; keep it below the kernel's "
+                                      "IRQ threads (50)")
+    write_timeout_ms: float = opt("float", 10.0, lo=0.0, lo_open=True, hi=1000.0)
+    hello_timeout_s: float = opt("float", 1.0, lo=0.0, lo_open=True, hi=60.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RobotSection:
+    """[robot]: which robot description to load."""
+
+    description: Path = opt("path", Path(), required=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSection:
+    """[control]: the fixed-rate control loop and the policy decision rate."""
+
+    rate_hz: float = opt("float", 200.0, lo=10.0, hi=1000.0)
+    decision_hz: float = opt("float", 20.0, lo=0.0, lo_open=True, hi=1000.0)
+    spin_s: float = opt("float", 0.0002, lo=0.0, hi=0.005)
+    no_spin: bool = opt("bool", False)
+
+
+@dataclass(frozen=True, slots=True)
+class L1TimeoutsSection:
+    """[executor.l1_timeouts_s]: L1 timeout (s) of one attempt, per state."""
+
+    approach: float = _secs(5.0)
+    grasp: float = _secs(2.0)
+    lift: float = _secs(3.0)
+    transfer: float = _secs(6.0)
+    release: float = _secs(2.0)
+    retreat: float = _secs(3.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSection:
+    """[executor]: fault tolerance (L1/L2/L3), grasp, collision, reset, jog."""
+
+    l1_timeouts_s: L1TimeoutsSection = opt("table", table=L1TimeoutsSection)
+    max_attempts: int = opt("int", 3, lo=1, hi=10)
+    l3_threshold: int = opt("int", 5, lo=1, hi=1000)
+    tool_tolerance_m: float = opt("float", 0.002, lo=0.0, lo_open=True, hi=0.1)
+    grip_force_n: float = opt("float", 5.0, lo=0.0, lo_open=True)
+    grip_force_band_n: float = opt("float", 1.0, lo=0.0, lo_open=True)
+    collision_current_factor: float = opt("float", 1.5, lo=1.0, lo_open=True, hi=10.0)
+    reset_min_interval_s: float = opt("float", 1.0, lo=0.0, hi=60.0)
+    jog_speed_scale: float = opt("float", 0.25, lo=0.0, lo_open=True, hi=1.0)
+    diagnostic_capture_s: float = opt("float", 10.0, lo=0.0, lo_open=True, hi=600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceSection:
+    """[inference]: policy backends (ONNX providers, Triton) and deadlines."""
+
+    providers: tuple[str, ...] = opt("strlist", ("CPUExecutionProvider",), choices=ONNX_PROVIDERS)
+    model: Path | None = opt("path", exists="file")
+    cache_dir: Path = opt("path", Path(), derived="<state_dir>/models", exists="dir")
+    triton_url: str | None = opt("str", pattern=r"[A-Za-z0-9_.\[\]:-]+:[0-9]{1,5}",
+                                 hint="host:port of Triton's gRPC endpoint, no scheme")
+    triton_model: str = opt("str", "policy")
+    deadline_ms: float = opt("float", 20.0, lo=0.0, lo_open=True, hi=1000.0)
+    intra_op_threads: int = opt("int", 1, lo=1, hi=64)
+    model_wait_s: float = opt("float", 10.0, lo=0.0, hi=600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSection:
+    """[health]: probe period and N-strike degrade / M-success recover."""
+
+    period_s: float = opt("float", 10.0, lo=0.1, hi=3600.0)
+    fail_after: int = opt("int", 3, lo=1, hi=100)
+    recover_after: int = opt("int", 3, lo=1, hi=100)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportsSection:
+    """[reports]: Markdown fault reports on disk and the webhook."""
+
+    dir: Path = opt("path", Path(), derived="<state_dir>/reports", exists="dir")
+    webhook_url: Secret | None = opt("secret", pattern=r"https?://\S+",
+                                     hint="an http:// or https:// URL")
+    max_files: int = opt("int", 200, lo=1, hi=100_000)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalSection:
+    """[journal]: the append-only decision journal."""
+
+    enabled: bool = opt("bool", True)
+    segment_bytes: int = opt("int", 4 << 20, lo=64 << 10, hi=1 << 30)
+    max_segments: int = opt("int", 16, lo=2, hi=10_000)
+
+
+@dataclass(frozen=True, slots=True)
+class LogSection:
+    """[log]: level and output format."""
+
+    level: str = opt("str", "info", choices=("debug", "info", "warning", "error"))
+    format: str = opt("str", "auto", choices=("auto", "json", "console"))
+
+
+@dataclass(frozen=True, slots=True)
+class DebugSection:
+    """[debug]: switches never set on a production robot."""
+
+    failure_injection: bool = opt("bool", False)
+
+
+@dataclass(frozen=True, slots=True)
+class SimSection:
+    """[sim]: the simulated robot (read only with --sim)."""
+
+    robot_seed: int = opt("int", 0, lo=0, hi=2**32 - 1)
+    rig_config: Path | None = opt("path", exists="file")
+    ptys: int = opt("int", 1, lo=1, hi=64)
+
+
+SECTIONS: dict[str, type] = {
+    "device": DeviceSection, "mqtt": MqttSection, "link": LinkSection, "robot": RobotSection,
+    "control": ControlSection, "executor": ExecutorSection, "inference": InferenceSection,
+    "health": HealthSection, "reports": ReportsSection, "journal": JournalSection,
+    "log": LogSection, "debug": DebugSection, "sim": SimSection,
+}
+# Keys outside any [section]; they must come before the first [section] in the file.
+TOP_LEVEL: dict[str, Spec] = {
+    "schema_version": Spec("int", required=True),
+    "state_dir": Spec("path", required=True, exists="dir"),
+}
