@@ -1,0 +1,164 @@
+"""Composition of the inference layer from `config.inference`: backends, cache, router, loading.
+
+The daemon builds an `InferenceStack` before READY (cheap: no heavy import, no file read),
+hands `stack.router` to the executor as its `Policy`, and calls `stack.start_background()`
+right after READY. That thread starts the Triton worker, seeds the cache from the configured
+model, and loads + warms up the local and cached sessions; each completion is an event.
+
+Backends, best first: `triton` (if `inference.triton_url`) → `local` (the active model on the
+configured providers) → `cached` (the last-known-good model on CPU: the model before the last
+`model.update`, or the active one when there is none).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action
+from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
+from edge_agent.inference.model_cache import CachedModel, ModelCache
+from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for
+from edge_agent.inference.onnx_backend import OnnxBackend
+from edge_agent.inference.providers import CPU
+from edge_agent.inference.router import PolicyRouter
+from edge_agent.inference.triton_backend import TritonBackend
+
+log = structlog.get_logger(__name__)
+
+OBS_FIELD_UNITS = tuple((f.name, f.unit) for f in OBS_FIELDS)
+ACTION_LABELS = tuple(a.name.lower() for a in Action)
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceSettings:
+    """What the stack needs from `config.inference` (seconds, not ms)."""
+
+    providers: tuple[str, ...] = (CPU,)
+    model: Path | None = None
+    cache_dir: Path | None = None
+    triton_url: str | None = None
+    triton_model: str = "policy"
+    deadline_s: float = 0.02
+    intra_op_threads: int = 1
+    model_wait_s: float = 10.0
+    triton_ready_period_s: float = 1.0
+
+    @classmethod
+    def from_config(cls, section: Any) -> InferenceSettings:
+        """From an `InferenceSection` (edge_agent.config_schema)."""
+        return cls(tuple(section.providers), section.model, section.cache_dir,
+                   section.triton_url, section.triton_model, section.deadline_ms / 1e3,
+                   section.intra_op_threads, section.model_wait_s)
+
+
+class InferenceStack:
+    """Backends + cache + router, built cheaply, loaded in the background."""
+
+    def __init__(self, settings: InferenceSettings, *, event_sink: EventSink | None = None,
+                 decision_sink: DecisionSink | None = None) -> None:
+        self.settings = settings
+        self.bus = EventBus(event_sink)
+        self.cache = (ModelCache(settings.cache_dir, self.bus, fields=OBS_FIELD_UNITS,
+                                 labels=ACTION_LABELS) if settings.cache_dir else None)
+        backends: list[Backend] = []
+        self.remote: TritonBackend | None = None
+        if settings.triton_url:
+            self.remote = TritonBackend("triton", settings.triton_url, settings.triton_model,
+                                        self.bus, request_timeout_s=settings.deadline_s,
+                                        ready_period_s=settings.triton_ready_period_s)
+            backends.append(self.remote)
+        self.local = OnnxBackend("local", self._active_model, settings.providers, self.bus,
+                                 intra_op_threads=settings.intra_op_threads, obs_dim=OBS_DIM,
+                                 n_outputs=len(Action))
+        self.cached = OnnxBackend("cached", self._last_known_good, (CPU,), self.bus,
+                                  intra_op_threads=1, obs_dim=OBS_DIM, n_outputs=len(Action))
+        backends += [self.local, self.cached]
+        self.router = PolicyRouter(backends, self.bus, deadline_s=settings.deadline_s,
+                                   decision_sink=decision_sink)
+        self.load_s: float | None = None  # load() start → the first backend ready
+        self._thread: threading.Thread | None = None
+
+    def _active_model(self) -> Path | None:
+        entry = self.cache.current() if self.cache else None
+        return entry.path if entry else self.settings.model
+
+    def _last_known_good(self) -> Path | None:
+        if self.cache is None:
+            return self.settings.model
+        entry = self.cache.previous() or self.cache.current()
+        return entry.path if entry else self.settings.model
+
+    # -- loading --------------------------------------------------------------------------
+    def load(self) -> None:
+        """Blocking: remote worker, cache seed, local + cached sessions. Background only."""
+        t0 = time.perf_counter()
+        if self.remote is not None:
+            self.remote.start()
+        if self.cache is not None and self.settings.model is not None:
+            try:
+                self.cache.seed(self.settings.model)
+            except (ModelError, OSError) as e:  # run the configured file directly
+                log.warning("model_cache_seed_failed", model=str(self.settings.model),
+                            error=str(e))
+        self.local.load()
+        if self.router.ready() and self.load_s is None:
+            self.load_s = time.perf_counter() - t0
+        self.cached.load()
+        if self.router.ready() and self.load_s is None:
+            self.load_s = time.perf_counter() - t0
+
+    def start_background(self) -> threading.Thread:
+        """Run load() on a daemon thread (call right after READY)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.load, name="inference-load",
+                                            daemon=True)
+            self._thread.start()
+        return self._thread
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """A task that arrives before its model waits (bounded by inference.model_wait_s)."""
+        return self.router.wait_ready(self.settings.model_wait_s if timeout is None else timeout)
+
+    # -- model.update ---------------------------------------------------------------------
+    def update_model(self, path: Path, sha256: str, version: str | None = None) -> CachedModel:
+        """Verify + install a model (card beside it if present), then reload the sessions.
+
+        Blocking (hashing, a verification session, two loads): run it off the control thread.
+        """
+        if self.cache is None:
+            raise ModelError("no model cache directory configured")
+        card_path = card_path_for(path)
+        card = ModelCard.load(card_path) if card_path.exists() else None
+        entry = self.cache.install(path, card, sha256=sha256, version=version)
+        self.local.load()
+        self.cached.load()
+        return entry
+
+    def status(self) -> dict[str, Any]:
+        cur = self.cache.current() if self.cache else None
+        return {**self.router.status(),
+                "model": {"name": cur.card.name, "version": cur.card.version,
+                          "sha256": cur.sha256} if cur else None,
+                "load_ms": round(self.load_s * 1e3, 1) if self.load_s is not None else None}
+
+    def stop(self) -> None:
+        """Stop every backend; idempotent, never raises."""
+        self.router.stop()
+
+
+def build_stack(section: Any, *, event_sink: EventSink | None = None,
+                decision_sink: DecisionSink | None = None,
+                settings_hook: Callable[[InferenceSettings], InferenceSettings] | None = None,
+                ) -> InferenceStack:
+    """The daemon's one call: `build_stack(config.inference, event_sink=..., decision_sink=...)`."""
+    settings = InferenceSettings.from_config(section)
+    if settings_hook is not None:
+        settings = settings_hook(settings)
+    return InferenceStack(settings, event_sink=event_sink, decision_sink=decision_sink)

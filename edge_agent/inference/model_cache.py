@@ -1,0 +1,244 @@
+"""The model cache: a verified last-known-good copy of the active policy in `<state_dir>/models/`.
+
+Layout (content-addressed; one pointer file decides what is active):
+
+    <dir>/<sha256>.onnx, <dir>/<sha256>.card.json   one pair per kept model (current, previous)
+    <dir>/active.json   {"current": sha, "previous": sha | null, "seeded": sha | null}
+
+`install()` (for `model.update`) verifies the bytes' sha256 against the card and the command,
+that onnxruntime loads them on CPU, that the session's inputs/outputs match the card, that the
+card's meaning matches the executor's observation layout and actions, and that a zero
+observation gives finite scores; then writes the model and card (tmp + fsync + os.replace), and
+only then swaps the pointer (tmp + fsync + os.replace + fsync of the directory). A crash at any
+point leaves the pointer on complete files: the old model or the new one, never half of either.
+Reading re-verifies the sha256; a corrupt current model falls back to the previous one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from edge_agent.inference.backend import EventBus, EventKind
+from edge_agent.inference.model_card import (
+    ModelCard,
+    ModelError,
+    card_path_for,
+    meaning_problems,
+    session_signature,
+    sha256_bytes,
+    sha256_file,
+    signature_problems,
+)
+
+log = structlog.get_logger(__name__)
+POINTER = "active.json"
+
+
+@dataclass(frozen=True, slots=True)
+class CachedModel:
+    path: Path
+    card: ModelCard
+
+    @property
+    def sha256(self) -> str:
+        return self.card.sha256
+
+
+class ModelCache:
+    """Current + previous verified models in one directory (see the module docstring)."""
+
+    def __init__(self, directory: Path, bus: EventBus | None = None, *,
+                 fields: Sequence[tuple[str, str]] | None = None,
+                 labels: Sequence[str] | None = None) -> None:
+        self.dir = directory
+        self._bus = bus
+        self._fields = tuple(fields) if fields is not None else None
+        self._labels = tuple(labels) if labels is not None else None
+        self._lock = threading.Lock()
+
+    # -- reading --------------------------------------------------------------------------
+    def pointer(self) -> dict[str, str | None]:
+        try:
+            data = json.loads((self.dir / POINTER).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"current": None, "previous": None, "seeded": None}
+        except (OSError, ValueError) as e:
+            self._emit(EventKind.CACHE_CORRUPT, f"{POINTER}: {e}")
+            return {"current": None, "previous": None, "seeded": None}
+        return {k: data.get(k) if isinstance(data.get(k), str) else None
+                for k in ("current", "previous", "seeded")}
+
+    def entry(self, sha: str | None) -> CachedModel | None:
+        """The cached model with this sha256, verified again; None if absent or corrupt."""
+        if sha is None:
+            return None
+        path = self.dir / f"{sha}.onnx"
+        try:
+            card = ModelCard.load(card_path_for(path))
+            actual = sha256_file(path)
+        except (ModelError, OSError) as e:
+            self._emit(EventKind.CACHE_CORRUPT, f"{path.name}: {e}")
+            return None
+        if actual != sha or card.sha256 != sha:
+            self._emit(EventKind.CACHE_CORRUPT,
+                       f"{path.name}: sha256 is {actual}, card says {card.sha256}")
+            return None
+        return CachedModel(path, card)
+
+    def current(self) -> CachedModel | None:
+        return self.entry(self.pointer()["current"])
+
+    def previous(self) -> CachedModel | None:
+        return self.entry(self.pointer()["previous"])
+
+    def last_known_good(self) -> CachedModel | None:
+        """The current model if it verifies, else the previous one."""
+        p = self.pointer()
+        return self.entry(p["current"]) or self.entry(p["previous"])
+
+    # -- writing --------------------------------------------------------------------------
+    def install(self, model: bytes | Path, card: ModelCard | None = None, *,
+                sha256: str | None = None, version: str | None = None,
+                seeded: bool = False) -> CachedModel:
+        """Verify and activate a model; the old current becomes previous. Raises ModelError."""
+        if isinstance(model, Path):
+            try:
+                data = model.read_bytes()
+            except OSError as e:
+                raise self._reject(f"cannot read {model}: {e}") from e
+        else:
+            data = bytes(model)
+        actual = sha256_bytes(data)
+        expected = {s.lower() for s in (sha256, card.sha256 if card else None) if s}
+        if not expected:
+            raise self._reject("no sha256 to verify the model against")
+        if expected != {actual}:
+            raise self._reject(f"sha256 mismatch: the bytes hash to {actual}, "
+                               f"expected {', '.join(sorted(expected))}")
+        session = self._load_session(data)
+        if card is None:
+            card = derive_card(session, actual, version or "unversioned", "policy")
+        elif version:
+            card = card.with_identity(actual, version)
+        problems = signature_problems(card, session)
+        if self._fields is not None and self._labels is not None:
+            problems += meaning_problems(card, self._fields, self._labels)
+        problems += _smoke_problems(session)
+        if problems:
+            raise self._reject("; ".join(problems))
+        with self._lock:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            path = self.dir / f"{actual}.onnx"
+            _atomic_write(path, data)
+            _atomic_write(card_path_for(path), card.dumps().encode())
+            old = self.pointer()
+            prev = old["current"] if old["current"] != actual else old["previous"]
+            _atomic_write(self.dir / POINTER, json.dumps(
+                {"current": actual, "previous": prev,
+                 "seeded": actual if seeded else old["seeded"]}).encode())
+            self._collect({actual, prev} - {None})
+        self._emit(EventKind.MODEL_INSTALLED, f"{card.name} {card.version} sha256 {actual[:12]}")
+        return CachedModel(path, card)
+
+    def seed(self, model_path: Path) -> CachedModel | None:
+        """Install the configured model when it is new to the cache, else keep the current one.
+
+        A model.update survives restarts; a newly deployed configured model (a different sha256
+        from the one seeded last) replaces it. The card beside the model is used when present.
+        """
+        actual = sha256_file(model_path)
+        p = self.pointer()
+        if p["seeded"] == actual and (cur := self.last_known_good()) is not None:
+            return cur
+        card_path = card_path_for(model_path)
+        card = ModelCard.load(card_path) if card_path.exists() else None
+        return self.install(model_path, card, sha256=actual, seeded=True)
+
+    def rollback(self) -> CachedModel:
+        """Make the previous model current again (the current one becomes previous)."""
+        with self._lock:
+            p = self.pointer()
+            prev = self.entry(p["previous"])
+            if prev is None:
+                raise ModelError("no previous model to roll back to")
+            _atomic_write(self.dir / POINTER, json.dumps(
+                {"current": p["previous"], "previous": p["current"],
+                 "seeded": p["seeded"]}).encode())
+        self._emit(EventKind.MODEL_INSTALLED, f"rolled back to {prev.card.version}")
+        return prev
+
+    # -- helpers --------------------------------------------------------------------------
+    def _load_session(self, data: bytes) -> Any:
+        try:
+            import onnxruntime as ort
+
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = 1
+            opts.inter_op_num_threads = 1
+            return ort.InferenceSession(data, sess_options=opts,
+                                        providers=["CPUExecutionProvider"])
+        except Exception as e:
+            raise self._reject(f"onnxruntime cannot load the model: {e}") from e
+
+    def _collect(self, keep: set[str | None]) -> None:
+        for f in self.dir.iterdir():
+            sha = f.name.split(".", 1)[0]
+            if f.name != POINTER and (sha not in keep or f.name.startswith(".tmp")):
+                with contextlib.suppress(OSError):
+                    f.unlink()
+
+    def _reject(self, why: str) -> ModelError:
+        self._emit(EventKind.MODEL_REJECTED, why)
+        return ModelError(f"model rejected: {why}")
+
+    def _emit(self, kind: EventKind, detail: str) -> None:
+        log.info(kind.value, detail=detail)
+        if self._bus is not None:
+            self._bus.emit(kind, "cache", detail)
+
+
+def derive_card(session: Any, sha256: str, version: str, name: str) -> ModelCard:
+    """A card from what a session declares (for a model shipped without one)."""
+    ins, outs = session_signature(session)
+    return ModelCard(name, version, sha256, ins, outs, {"derived": True})
+
+
+def _smoke_problems(session: Any) -> list[str]:
+    import numpy as np
+
+    x_arg = session.get_inputs()[0]
+    dims = [d if isinstance(d, int) and d > 0 else 1 for d in x_arg.shape]
+    try:
+        y = session.run(None, {x_arg.name: np.zeros(dims, dtype=np.float32)})[0]
+    except Exception as e:
+        return [f"a zero observation fails: {e}"]
+    return [] if np.isfinite(y).all() else ["a zero observation gives non-finite scores"]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """tmp + fsync + os.replace + fsync(dir): the file is old or new after any crash."""
+    tmp = path.with_name(f".tmp-{path.name}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+

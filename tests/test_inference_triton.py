@@ -1,0 +1,189 @@
+"""The remote backend against a real Triton server (nvidia-pytriton on CPU), and the model repo.
+
+Skipped, with the reason, where pytriton or tritonclient cannot run (see triton_server.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from inference_models import bare_scores, bare_session, make_policy, observations
+from triton_server import TritonServer, triton_unavailable
+
+from edge_agent.executor.policy import OBS_DIM, Action, action_from_scores
+from edge_agent.inference.backend import DecisionRecord, EventBus, EventKind, InferenceEvent
+from edge_agent.inference.onnx_backend import OnnxBackend
+from edge_agent.inference.router import PolicyRouter
+from edge_agent.inference.triton_backend import TritonBackend
+
+ROOT = Path(__file__).resolve().parents[1]
+REASON = triton_unavailable()
+needs_server = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+try:
+    import tritonclient.grpc  # noqa: F401
+
+    CLIENT = None
+except ImportError as e:
+    CLIENT = f"tritonclient[grpc] is not installed ({e})"
+needs_client = pytest.mark.skipif(CLIENT is not None, reason=str(CLIENT))
+DECISION_PERIOD_S = 0.05  # the executor's 20 Hz
+
+
+class Rig:
+    def __init__(self, url: str, model: Path, deadline_s: float = 0.5) -> None:
+        self.events: list[InferenceEvent] = []
+        self.records: list[DecisionRecord] = []
+        self.bus = EventBus(self.events.append)
+        self.remote = TritonBackend("triton", url, "policy", self.bus,
+                                    request_timeout_s=deadline_s, ready_period_s=0.2)
+        self.local = OnnxBackend("cached", model, ["CPUExecutionProvider"], self.bus)
+        assert self.local.load()
+        self.router = PolicyRouter([self.remote, self.local], self.bus, deadline_s=deadline_s,
+                                   decision_sink=self.records.append)
+        self.remote.start()
+        self.obs = iter(observations(100_000, seed=11))
+
+    def decide_until(self, predicate: object, timeout: float) -> None:
+        """Decide at the executor's rate until predicate() holds (every decision counts)."""
+        deadline = time.monotonic() + timeout
+        while not predicate():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"timed out; last: {self.records[-3:]}"
+            self.router.decide(next(self.obs))
+            time.sleep(DECISION_PERIOD_S)  # the decision rate, not synchronisation
+
+    def stop(self) -> None:
+        self.router.stop()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_policy(tmp_path_factory.mktemp("triton-model"), "policy", seed=21)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, model: Path) -> Iterator[TritonServer]:
+    """One server for the module (~5 s to start); a test that stops it starts it again."""
+    s = TritonServer(model, tmp_path_factory.mktemp("triton") / "triton.log")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@needs_server
+def test_triton_decisions_match_the_local_session(server: TritonServer, model: Path) -> None:
+    rig = Rig(server.url, model)
+    try:
+        assert rig.remote.wait_ready(30.0), rig.remote.status()
+        bare = bare_session(model)
+        obs = observations(60, seed=4)
+        for o in obs:
+            t = rig.remote.submit(o.vector)
+            assert t is not None and t.wait(5.0) and t.error is None
+            assert t.scores == pytest.approx(bare_scores(bare, o), abs=1e-5)
+        got = [rig.router.decide(o) for o in obs]
+        assert got == [action_from_scores(bare_scores(bare, o)) for o in obs]
+        assert {r.backend for r in rig.records} == {"triton"}
+        assert rig.router.backend_in_use == "triton"
+    finally:
+        rig.stop()
+
+
+@needs_server
+def test_server_loss_falls_back_without_dropping_and_recovery_switches_back(
+        server: TritonServer, model: Path) -> None:
+    rig = Rig(server.url, model)
+    try:
+        assert rig.remote.wait_ready(30.0)
+        rig.decide_until(lambda: len(rig.records) >= 5, 30.0)
+        assert {r.backend for r in rig.records} == {"triton"}
+        server.stop(graceful=False)  # SIGKILL: the server is gone at once
+        n = len(rig.records)
+        rig.decide_until(lambda: len(rig.records) >= n + 10, 60.0)
+        after = rig.records[n:]
+        assert all(r.action is not None for r in after)  # no decision dropped
+        assert after[-1].backend == "cached" and rig.router.backend_in_use == "cached"
+        kinds = [e.kind for e in rig.events]
+        assert EventKind.BACKEND_DOWN in kinds and EventKind.FALLBACK in kinds
+        server.start()  # same ports
+        m = len(rig.records)
+        rig.decide_until(lambda: rig.router.backend_in_use == "triton", 60.0)
+        assert all(r.action is not None for r in rig.records[m:])
+        assert rig.router.no_decisions == 0
+        assert [e.kind for e in rig.events].count(EventKind.BACKEND_UP) >= 2
+    finally:
+        rig.stop()
+
+
+@needs_server
+def test_a_slow_server_misses_the_deadline_and_the_local_model_decides(
+        server: TritonServer, model: Path) -> None:
+    server.wait_ready(60.0)
+    rig = Rig(server.url, model, deadline_s=0.1)
+    try:
+        assert rig.remote.wait_ready(30.0)
+        server.set_delay_ms(400)
+        o = observations(1, seed=2)[0]
+        assert rig.router.decide(o) == action_from_scores(bare_scores(bare_session(model), o))
+        assert rig.records[-1].attempts == (("triton", "deadline"), ("cached", "ok"))
+    finally:
+        server.set_delay_ms(0)
+        rig.stop()
+
+
+@needs_server
+def test_an_injected_outage_takes_the_path_of_a_real_one(server: TritonServer,
+                                                         model: Path) -> None:
+    server.wait_ready(60.0)
+    rig = Rig(server.url, model)
+    try:
+        assert rig.remote.wait_ready(30.0)
+        rig.decide_until(lambda: rig.router.backend_in_use == "triton", 30.0)
+        rig.remote.inject_outage(1.0)
+        rig.decide_until(lambda: rig.router.backend_in_use == "cached", 30.0)
+        rig.decide_until(lambda: rig.router.backend_in_use == "triton", 30.0)
+        assert rig.router.no_decisions == 0
+        assert "injected outage" in " ".join(e.detail for e in rig.events
+                                             if e.kind is EventKind.BACKEND_DOWN)
+    finally:
+        rig.stop()
+
+
+@needs_client
+def test_an_unreachable_server_is_down_and_skipped(tmp_path: Path, model: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rig = Rig(f"127.0.0.1:{port}", model)
+    try:
+        assert rig.bus.wait_until(lambda: EventKind.BACKEND_DOWN in
+                                  [e.kind for e in rig.events], 30.0)
+        assert not rig.remote.ready()
+        rig.router.decide(observations(1)[0])
+        assert rig.records[-1].attempts == (("triton", "not_ready"), ("cached", "ok"))
+    finally:
+        rig.stop()
+    rig.stop()  # idempotent
+
+
+@needs_client
+def test_the_production_model_repository_matches_the_executor() -> None:
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    text = (ROOT / "models" / "triton" / "policy" / "config.pbtxt").read_text()
+    cfg = text_format.Parse(text, mc.ModelConfig())
+    assert cfg.name == "policy" and cfg.backend == "onnxruntime"
+    assert cfg.max_batch_size >= 1
+    (x,), (y,) = cfg.input, cfg.output
+    assert (x.name, x.data_type, list(x.dims)) == ("obs", mc.TYPE_FP32, [OBS_DIM])
+    assert (y.name, y.data_type, list(y.dims)) == ("scores", mc.TYPE_FP32, [len(Action)])
+    assert cfg.HasField("dynamic_batching")
+    assert 0 < cfg.dynamic_batching.max_queue_delay_microseconds <= 500
+    assert (ROOT / "models" / "triton" / "policy" / "1").is_dir()
