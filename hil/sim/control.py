@@ -13,6 +13,7 @@ robot. One request per line, one response line per request: `{"ok": true, ...}` 
      "limit"?: N, "where"?: {"mode": "POSITION"}}      → {"frames": [...], "total": N}
     {"cmd": "set", "key": "firmware_estop_hold", "value": false}   (also "object_xyz": [x,y,z])
     {"cmd": "faults"}                → {"active": [...], "history": [...]}
+    {"cmd": "latency", "clear"?: true} → {"estop_reaction_us": [...], "unanswered": N}
     {"cmd": "schedule", "faults": [{"at_s", "target", "mode", "duration_s"?, "severity"?}]}
 """
 
@@ -69,6 +70,16 @@ class ControlHandler:
         if isinstance(robot, bool) or not isinstance(robot, int) or not 0 <= robot < len(self.fws):
             raise ValueError(f"robot must be 0..{len(self.fws) - 1} or 'all', got {robot!r}")
         return [self.fws[robot]]
+
+    def _cmd_latency(self, req: dict[str, Any], fws: list[Firmware]) -> dict[str, Any]:
+        """E-stop press edge → STOP frame received, µs on the firmware clock (`clear`: reset)."""
+        fw = fws[0]
+        out = {"estop_reaction_us": list(fw.estop_reaction_us),
+               "unanswered": fw.estop_unanswered}
+        if req.get("clear"):
+            fw.estop_reaction_us.clear()
+            fw.estop_unanswered = 0
+        return out
 
     def _cmd_ping(self, req: dict[str, Any], fws: list[Firmware]) -> dict[str, Any]:
         return {"t": self.clock()}

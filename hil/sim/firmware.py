@@ -16,6 +16,7 @@ transport delay; the gripper is self-locking (keeps opening and force when the d
 from __future__ import annotations
 
 import random
+from collections import deque
 from typing import Any
 
 from edge_agent.link.codec import (
@@ -112,6 +113,11 @@ class Firmware:
             "rx_bytes", "tx_bytes", "commands_applied", "duplicates_skipped", "cmd_rejected",
             "ignored_frames", "statuses_sent", "sensor_frames_sent", "deadman_trips",
             "estop_edges", "rx_discarded_bytes", "tx_discarded_bytes", "corrupted_bytes"), 0)
+        # E-stop reaction as the robot sees it: press edge (its tick) → first STOP frame received
+        # (firmware µs); bounded, read and cleared through the control socket's `latency`.
+        self._press_pending_us: int | None = None
+        self.estop_reaction_us: deque[int] = deque(maxlen=200_000)
+        self.estop_unanswered = 0
 
     # ------------------------------------------------------------------ I/O side
 
@@ -201,6 +207,9 @@ class Firmware:
         elif isinstance(msg, Enable):
             self._enable(msg.enable, rx_us)
         elif isinstance(msg, Stop):
+            if self._press_pending_us is not None:
+                self.estop_reaction_us.append(rx_us - self._press_pending_us)
+                self._press_pending_us = None
             if msg.category == StopCategory.CAT0:
                 self.arm.disable()
             elif self.arm.enabled:
@@ -353,6 +362,10 @@ class Firmware:
     def _estop_edge(self, pressed: bool, t_us: int) -> None:
         self.estop_input = pressed
         self.counters["estop_edges"] += 1
+        if pressed:
+            if self._press_pending_us is not None:
+                self.estop_unanswered += 1
+            self._press_pending_us = t_us
         if pressed and self.estop_hold:
             self.estop_latched = True
             self.arm.disable()

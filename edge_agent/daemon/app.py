@@ -1,0 +1,304 @@
+"""The composition root: the minimal start-up path, the running daemon, and a clean shutdown.
+
+exec → config → logging (cli) → restore snapshot (latches!) → spawn the link guardian → control
+thread (holding) → MQTT connect started → READY. Heavy work (Kalman estimators: filterpy pulls
+scipy) runs after READY in the background; `--eager` does it before READY for comparison.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import structlog
+
+from edge_agent.commands import CommandAPI, JsonFileDedupStore
+from edge_agent.config import Config
+from edge_agent.daemon import persist
+from edge_agent.daemon.handlers import register_handlers
+from edge_agent.daemon.linkmirror import LinkMirror
+from edge_agent.daemon.notify import SystemdNotifier
+from edge_agent.daemon.procstart import ms_since_start, process_start_monotonic
+from edge_agent.daemon.publisher import Publisher
+from edge_agent.daemon.simrig import SimRig, start_sim_rig
+from edge_agent.errors import EdgeAgentError, LinkError
+from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause, StopLatch
+from edge_agent.executor.loop import RateLoop
+from edge_agent.link.codec import Command, Mode, Stop, StopCategory, StopReason
+from edge_agent.link.guardian_client import GuardianClient
+from edge_agent.sensors.hub import SensorHub
+from edge_agent.store.snapshot import SnapshotStore
+from edge_agent.store.writer import StoreWriter
+
+_log = structlog.get_logger(__name__)
+
+_STOP_REASON = {
+    StopCause.ESTOP_INPUT: StopReason.ESTOP_INPUT, StopCause.LINK_FAULT: StopReason.LINK_FAULT,
+    StopCause.GUARDIAN_LOST: StopReason.LINK_FAULT, StopCause.DEADMAN: StopReason.DEADMAN,
+    StopCause.COLLISION: StopReason.COLLISION,
+}
+
+
+class Daemon:
+    """Owns every moving part; `start()` follows the minimal path, `stop()` is idempotent."""
+
+    def __init__(self, config: Config, *, sim: bool = False, eager: bool = False) -> None:
+        self.cfg = config
+        self.sim = sim
+        self.eager = eager
+        self.boot_id = uuid.uuid4().hex
+        self.started_mono = process_start_monotonic()
+        self.state_dir = Path(config.state_dir)
+        self.latch = StopLatch()
+        self.hub = SensorHub(config.robot, stale_periods=max(
+            3.0, 3.0 * config.link.status_period_us / 1000.0))
+        self.notifier = SystemdNotifier()
+        self.publisher = Publisher(self)
+        self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event)
+        self.writer = StoreWriter(on_error=self._on_store_error)
+        self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
+        self.api = CommandAPI(self.mode, dedup_window_s=config.mqtt.dedup_window_s,
+                              dedup_store=None,  # set in start(): the state dir must exist
+                              reset_min_interval_s=config.executor.reset_min_interval_s,
+                              failure_injection=config.debug.failure_injection)
+        self.rig: SimRig | None = None
+        self.guardian: GuardianClient | None = None
+        self.loop: RateLoop | None = None
+        self.startup_ms: float | None = None
+        self.background: dict[str, Any] = {}
+        self.degraded: list[str] = []
+        self._hold = Command(Mode.HOLD, config.robot.home)  # q ignored in HOLD
+        self._stop_event = threading.Event()
+        self._stopped = False
+        self._send_errors = 0
+        self._background_done = threading.Event()
+
+    # -- modes -----------------------------------------------------------------------------
+    def mode(self) -> str:
+        st = self.latch.state
+        if st.kind is not None:
+            return "estop" if st.kind.value == "estop" else "protective_stop"
+        return "idle"
+
+    # -- start-up --------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.cfg
+        sys.setswitchinterval(0.0005)
+        persist.prepare_state_dir(self.state_dir)
+        self.api = CommandAPI(self.mode, dedup_store=JsonFileDedupStore(
+            self.state_dir / "dedup.json"), dedup_window_s=cfg.mqtt.dedup_window_s,
+            reset_min_interval_s=cfg.executor.reset_min_interval_s,
+            failure_injection=cfg.debug.failure_injection)
+        restored = persist.restore(self.state_dir, self.snapshots)
+        now = time.monotonic()
+        self.latch.add_listener(self._on_latch)
+        self.latch.restore(restored.data.get("latch", {}), now)
+        if restored.unclean:
+            self.latch.trip(StopCause.UNCLEAN_RESTART, now)
+        self.writer.start()
+        port = cfg.link.port
+        if self.sim:
+            self.rig = start_sim_rig(cfg.robot_file, self.state_dir, rig_config=cfg.sim.rig_config,
+                                     seed=cfg.sim.robot_seed)
+            port = self.rig.ptys[0]
+        if not port:
+            raise EdgeAgentError("link.port is not set (give a tty path or run with --sim)")
+        self.guardian = GuardianClient(
+            port, cfg.robot_file, deadman_s=cfg.link.deadman_ms / 1000.0,
+            on_frame=self.mirror.on_frame, on_guardian_down=self._on_guardian_down,
+            on_guardian_up=self._on_guardian_up, priority=cfg.link.guardian_priority,
+            extra_args=["--status-period-us", str(cfg.link.status_period_us)])
+        self.guardian.start()
+        self.loop = RateLoop(self._tick, cfg.control.rate_hz,
+                             spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s)
+        self.loop.start()
+        register_handlers(self)
+        self.publisher.start()
+        if self.eager:
+            self._background_work()
+        # Bounded: the guardian's first G_STATE says whether the tty opened (it never blocks
+        # READY for long — a missing device means a protective stop, not a restart loop).
+        if self.mirror.wait_gstate(0.0, timeout=cfg.link.hello_timeout_s,
+                                   pred=lambda g: g.link_up) is None:
+            self.latch.set_condition(StopCause.LINK_FAULT, True, time.monotonic())
+            self.publisher.event({"type": "link_fault", "cause": "no_device",
+                                  "port": port, "waited_s": cfg.link.hello_timeout_s})
+        self._ready(restored)
+        if not self.eager:
+            threading.Thread(target=self._background_work, name="startup-bg",
+                             daemon=True).start()
+
+    def _ready(self, restored: persist.Restored) -> None:
+        self.startup_ms = round(ms_since_start(), 1)
+        self.notifier.ready(f"ready in {self.startup_ms} ms, mode {self.mode()}")
+        _log.info("ready", startup_ms=self.startup_ms, boot_id=self.boot_id, mode=self.mode(),
+                  eager=self.eager, sim=self.sim, link_up=self.mirror.link_up,
+                  unclean_restart=restored.unclean, snapshot_generation=restored.generation,
+                  corrupt_files=restored.corrupt_files, config_hash=self.cfg.hash)
+        self.publisher.event({"type": "ready", "startup_ms": self.startup_ms,
+                              "eager": self.eager, "unclean_restart": restored.unclean})
+        if restored.corrupt_files:
+            self.publisher.event({"type": "snapshot_corrupt", "files": restored.corrupt_files,
+                                  "used_previous": restored.used_previous})
+        gc.collect()
+        gc.freeze()  # start-up garbage out of the collector's way: fewer pauses in the loop
+
+    def _background_work(self) -> None:
+        """Heavy, non-essential start-up work; each completion is an event."""
+        t0 = time.monotonic()
+        try:
+            from edge_agent.sensors.kalman import EstimatorBank
+
+            self.hub.attach_estimators(EstimatorBank.create(self.cfg.robot))
+            ms = round((time.monotonic() - t0) * 1e3, 1)
+            self.background["estimators"] = {"ok": True, "ms": ms}
+            self.publisher.event({"type": "estimators_ready", "ms": ms})
+        except Exception as exc:
+            self.background["estimators"] = {"ok": False, "error": str(exc)}
+            _log.exception("estimators_failed")
+        self._background_done.set()
+
+    # -- control thread --------------------------------------------------------------------
+    def _tick(self, now: float, index: int) -> None:
+        g = self.guardian
+        if g is None:
+            return
+        try:
+            g.send(self._hold)
+        except LinkError:
+            self._send_errors += 1
+
+    # -- callbacks -------------------------------------------------------------------------
+    def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
+        if cause is not None and self.guardian is not None:
+            cat = StopCategory.CAT0 if cause in ESTOP_CAUSES else StopCategory.CAT2
+            reason = _STOP_REASON.get(cause, StopReason.ESTOP_REMOTE if cause in ESTOP_CAUSES
+                                      else StopReason.PROTECTIVE)
+            try:
+                self.guardian.send(Stop(cat, reason))
+            except LinkError:
+                self._send_errors += 1
+        self.save_snapshot()
+        if cause is not None:
+            self.publisher.event({"type": "stop", "kind": state.kind.value if state.kind else None,
+                                  "cause": cause.value})
+        else:
+            self.publisher.event({"type": "stop_cleared" if not state.latched else "stop_update",
+                                  "hardware_input": state.hardware_input})
+        self.publisher.state_changed()
+
+    def _on_guardian_down(self, reason: str) -> None:
+        if self._stopped:
+            return  # we stopped it (or a terminal's Ctrl-C reached it): not a fault
+        _log.error("guardian_down", reason=reason)
+        self.latch.set_condition(StopCause.GUARDIAN_LOST, True, time.monotonic())
+
+    def _on_guardian_up(self) -> None:
+        self.latch.set_condition(StopCause.GUARDIAN_LOST, False, time.monotonic())
+
+    def _on_store_error(self, name: str, exc: BaseException) -> None:
+        _log.error("snapshot_write_failed", store=name, error=str(exc))
+        self.latch.trip(StopCause.SNAPSHOT_FAILED, time.monotonic())
+
+    def save_snapshot(self, on_done: Callable[[BaseException | None], None] | None = None
+                      ) -> bool:
+        data = {"latch": self.latch.to_dict(), "boot_id": self.boot_id, "saved_wall": time.time()}
+        return self.writer.submit_snapshot(self.snapshots, data, on_done)
+
+    def estop(self, cause: StopCause) -> None:
+        """Any e-stop source: latch (the listener sends the stop frame) — and send it again."""
+        now = time.monotonic()
+        if not self.latch.trip(cause, now) and self.guardian is not None:
+            try:
+                self.guardian.send(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE))
+            except LinkError:
+                self._send_errors += 1
+
+    def status(self) -> dict[str, Any]:
+        from edge_agent.daemon.handlers import status_payload
+
+        return status_payload(self)
+
+    def telemetry(self) -> dict[str, Any]:
+        snap = self.mirror.last_status
+        out: dict[str, Any] = {"loop": self.loop.stats.as_dict() if self.loop else None,
+                               "link_frames": self.mirror.frames, "send_errors": self._send_errors}
+        if snap is not None:
+            out.update(q=[round(v, 5) for v in snap.q], gripper_pos=round(snap.gripper_pos, 5),
+                       gripper_force=round(snap.gripper_force, 3), fw_time_us=snap.fw_time_us)
+        return out
+
+    # -- running ---------------------------------------------------------------------------
+    def request_stop(self, *_: object) -> None:
+        self._stop_event.set()
+
+    def run_forever(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_sigusr1)
+        try:
+            self.start()
+        except EdgeAgentError as exc:
+            _log.error("startup_failed", error=str(exc))
+            self.stop()
+            return 1
+        wd = SystemdNotifier.watchdog_interval_s()
+        period = min(0.05, wd / 2) if wd else 0.05
+        while not self._stop_event.wait(period):
+            self._housekeeping(time.monotonic())
+        self.stop()
+        return 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop_event.set()
+
+    def _on_sigusr1(self, signum: int, frame: FrameType | None) -> None:
+        self.estop(StopCause.ESTOP_SIGNAL)
+
+    def healthy(self, now: float) -> bool:
+        """Watchdog condition: the control loop and the link reader are alive and on time."""
+        return (self.loop is not None and self.loop.on_time(now)
+                and self.mirror.reader_on_time(now))
+
+    def _housekeeping(self, now: float) -> None:
+        if self.healthy(now):
+            self.notifier.watchdog()
+        self.publisher.tick(now)
+
+    def stop(self) -> None:
+        """Controlled stop: hold, tell everyone, persist, exit. Idempotent, never raises."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.notifier.stopping()
+        _log.info("stopping")
+        if self.loop is not None:
+            self.loop.stop()
+        if self.guardian is not None:
+            with contextlib.suppress(LinkError):
+                self.guardian.send(self._hold)
+            self.guardian.stop()
+        self.publisher.stop()
+        self.save_snapshot()
+        self.writer.stop()
+        if self.rig is not None:
+            self.rig.stop()
+        persist.mark_clean_shutdown(self.state_dir)
+        self.notifier.close()
+        _log.info("stopped")
+
+
+def run(config: Config, *, sim: bool = False, eager: bool = False) -> int:
+    """`edge-agent run`: run the daemon in the foreground until SIGTERM/SIGINT."""
+    for w in config.warnings:
+        _log.warning("config_warning", warning=w)
+    return Daemon(config, sim=sim, eager=eager).run_forever()

@@ -1,0 +1,119 @@
+"""Command handlers: the daemon's side of the in-process command API.
+
+Each handler gets validated arguments and a context (the API already checked admission) and
+returns a result dict or raises CommandRefused(code, message).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from edge_agent import __version__
+from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
+from edge_agent.executor.latch import ResetRefused, StopCause
+from edge_agent.link.codec import StopReason
+
+if TYPE_CHECKING:
+    from edge_agent.daemon.app import Daemon
+
+RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
+
+
+def register_handlers(d: Daemon) -> None:
+    api = d.api
+
+    def status(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return d.status()
+
+    def estop(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        cause = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
+                 "socket": StopCause.ESTOP_LOCAL}.get(ctx.source, StopCause.ESTOP_LOCAL)
+        d.estop(cause)  # idempotent: the transport's on_estop usually got there first
+        # The reply goes out only once the latch is on disk (or the store says it failed).
+        d.save_snapshot()
+        persisted = d.writer.flush(timeout=1.0)
+        return {"latched": True, "kind": "estop", "persisted": persisted}
+
+    def reset(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        if not d.latch.latched:
+            return {"reset": False, "note": "nothing to reset", "mode": d.mode()}
+        try:
+            d.latch.check_reset()
+        except ResetRefused as exc:
+            raise CommandRefused(ErrorCode(exc.code), exc.message) from exc
+        g = d.guardian
+        if g is not None:
+            sent_at = time.monotonic()
+            g.reset()
+            answer = d.mirror.wait_gstate(sent_at, timeout=1.0, pred=lambda s: (
+                not s.latched or s.cause == StopReason.RESET_REFUSED))
+            if answer is None:
+                raise CommandRefused(ErrorCode.TIMEOUT,
+                                     "the link guardian did not confirm the reset within 1 s")
+            if answer.latched:
+                code = ErrorCode.ESTOP_ACTIVE if answer.estop_input else ErrorCode.CAUSE_PRESENT
+                why = ("the hardware e-stop input is active" if answer.estop_input
+                       else "the link guardian refused: the serial link is down")
+                raise CommandRefused(code, f"reset refused by the link guardian: {why}")
+        try:
+            d.latch.reset(time.monotonic())
+        except ResetRefused as exc:
+            raise CommandRefused(ErrorCode(exc.code), exc.message) from exc
+        # A reset only permits motion: nothing moves until a new command (the control loop
+        # keeps holding; the guardian needs a fresh ENABLE before any motion passes).
+        return {"reset": True, "mode": d.mode()}
+
+    def failure_inject(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        target = str(args.get("target", ""))
+        if not target.startswith(RIG_TARGETS):
+            raise CommandRefused(ErrorCode.NOT_IMPLEMENTED,
+                                 f"failure target {target!r} has no injector in this daemon yet")
+        if d.rig is None:
+            raise CommandRefused(ErrorCode.REFUSED, "rig faults need the simulated robot (--sim)")
+        req = {"cmd": "inject", "target": target, "mode": args.get("mode")}
+        for k in ("duration_s", "severity"):
+            if args.get(k) is not None:
+                req[k] = args[k]
+        resp = rig_request(str(d.rig.control_socket), req)
+        if not resp.get("ok"):
+            raise CommandRefused(ErrorCode.BAD_ARGS, f"the rig refused: {resp.get('error')}")
+        return {"injected": req, "rig": {k: v for k, v in resp.items() if k != "ok"}}
+
+    api.register("status", status)
+    api.register("estop", estop)
+    api.register("reset", reset)
+    api.register("failure.inject", failure_inject)
+
+
+def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
+    """One JSON-lines request to the simulated robot's control socket."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(path)
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while b"\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        out = json.loads(buf.split(b"\n", 1)[0] or b"{}")
+        return out if isinstance(out, dict) else {"ok": False, "error": "bad rig reply"}
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": f"rig control socket {path}: {exc}"}
+
+
+def status_payload(d: Daemon) -> dict[str, Any]:
+    now = time.monotonic()
+    return {
+        "device": d.cfg.device.id, "version": __version__, "boot_id": d.boot_id,
+        "uptime_s": round(now - d.started_mono, 3), "startup_ms": d.startup_ms,
+        "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
+        "link": d.mirror.summary(), "loop": d.loop.stats.as_dict() if d.loop else None,
+        "background": d.background, "mqtt_connected": bool(
+            d.publisher.bridge is not None and d.publisher.bridge.connected),
+    }

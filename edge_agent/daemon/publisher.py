@@ -1,0 +1,118 @@
+"""What the daemon tells the world: events, the retained `state`, telemetry — over MQTT and logs.
+
+Owns the MQTT bridge and the local control socket. Never blocks a caller: publishing is paho's
+queue; `state` is rebuilt on the main thread's housekeeping tick when something changed (and
+every few seconds), so the control loop and the link reader only set a flag.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
+from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_common import TlsOptions
+from edge_agent.executor.latch import StopCause
+
+if TYPE_CHECKING:
+    from edge_agent.daemon.app import Daemon
+
+_log = structlog.get_logger(__name__)
+_ESTOP_SOURCE = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
+                 "socket": StopCause.ESTOP_LOCAL}
+
+
+class Publisher:
+    """Events, state and telemetry out; the transports in."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        self.bridge: MqttBridge | None = None
+        self.socket: ControlSocketServer | None = None
+        self._dirty = True
+        self._last_state: dict[str, Any] | None = None
+        self._last_state_at = 0.0
+        self._last_telemetry_at = 0.0
+        self.events_sent = 0
+        self._stopping = False
+
+    def start(self) -> None:
+        d, m = self.d, self.d.cfg.mqtt
+        tls = None
+        if m.tls.enabled:
+            tls = TlsOptions(ca_file=str(m.tls.ca_file) if m.tls.ca_file else None,
+                             cert_file=str(m.tls.cert_file) if m.tls.cert_file else None,
+                             key_file=str(m.tls.key_file) if m.tls.key_file else None,
+                             server_hostname_check=not m.tls.insecure)
+        self.bridge = MqttBridge(
+            d.api, device_id=d.cfg.device.id, host=m.host, port=m.port,
+            username=m.username or d.cfg.device.id,
+            password=m.password.reveal() if m.password else None, tls=tls,
+            topic_prefix=m.topic_prefix or None, fleet_estop_topic=m.fleet_topic,
+            protocol=m.protocol, keepalive=m.keepalive_s, max_queued=m.max_queued,
+            reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
+            boot_id=d.boot_id, config_hash=d.cfg.hash,
+            telemetry_min_interval_s=1.0 / m.telemetry_hz if m.telemetry_hz > 0 else 3600.0,
+            on_estop=self.on_estop, on_connection=self._on_connection)
+        self.socket = ControlSocketServer(d.api, d.state_dir / SOCKET_NAME, on_estop=self.on_estop)
+        self.socket.start()
+        self.bridge.start()
+
+    def on_estop(self, source: str) -> None:
+        """Called in paho's (or the socket's) thread before the command is parsed."""
+        self.d.estop(_ESTOP_SOURCE.get(source, StopCause.ESTOP_MQTT))
+
+    def _on_connection(self, up: bool) -> None:
+        self._dirty = True
+        self.event({"type": "mqtt_connected" if up else "mqtt_disconnected"})
+
+    # -- outgoing --------------------------------------------------------------------------
+    def event(self, fields: dict[str, Any]) -> None:
+        ev = {"ts": time.time(), "mono": round(time.monotonic(), 6), "boot_id": self.d.boot_id,
+              **fields}
+        _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
+        self.events_sent += 1
+        if self.bridge is not None and not self._stopping:
+            self.bridge.publish_event(ev)
+
+    def state_changed(self) -> None:
+        self._dirty = True
+
+    def build_state(self) -> dict[str, Any]:
+        d = self.d
+        st = d.latch.state
+        out: dict[str, Any] = {"mode": d.mode(), "state": d.mode(), "degraded": list(d.degraded),
+                               "homed": bool(d.mirror.last_status is not None),
+                               "link_up": d.mirror.link_up}
+        if st.kind is not None:
+            out["stop"] = {"kind": st.kind.value,
+                           "cause": st.first_cause.value if st.first_cause else None,
+                           "causes": [c.value for c in st.causes],
+                           "hardware_input": st.hardware_input}
+        return out
+
+    def tick(self, now: float) -> None:
+        """Main-thread housekeeping: retained state on change (≤ 10/s) and every 5 s."""
+        if self.bridge is None:
+            return
+        if (self._dirty and now - self._last_state_at >= 0.1) or now - self._last_state_at >= 5:
+            state = self.build_state()
+            if state != self._last_state or now - self._last_state_at >= 5:
+                self.bridge.publish_state(state)
+                self._last_state = state
+            self._last_state_at = now
+            self._dirty = False
+        hz = self.d.cfg.mqtt.telemetry_hz
+        if hz > 0 and now - self._last_telemetry_at >= 1.0 / hz:
+            self._last_telemetry_at = now
+            self.bridge.publish_telemetry(self.d.telemetry())
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self.socket is not None:
+            self.socket.stop()
+        if self.bridge is not None:
+            self.bridge.stop()

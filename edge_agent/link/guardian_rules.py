@@ -1,0 +1,321 @@
+"""The link guardian's safety rules, sans-IO: (frame, now) in, frames for tty and daemon out.
+
+The guardian process (guardian.py) and the lock-step runner feed every frame and every timer tick
+through `GuardianRules`; it never reads a clock or touches a file. The rules (docs/PROTOCOL.md §5):
+
+- E-stop press edge (ESTOP_EDGE pressed, or a STATUS showing the input active when it was not
+  known active or the guardian is not latched): `STOP(CAT0, ESTOP_INPUT)` to the tty first, then
+  latch. Every press edge yields a stop frame, latched or not. After a link fault the input
+  counts as unknown, so the first frame showing it pressed is an edge again.
+- A STOP from the daemon (remote e-stop, protective stop) is forwarded at once and latches with
+  its reason. A link fault latches with LINK_FAULT. E-stop causes outrank protective ones.
+- While latched no COMMAND that moves and no ENABLE(1) reaches the tty; STOP, ENABLE(0), PING,
+  HELLO and COMMAND(HOLD) pass. G_RESET clears the latch only when the input is released and the
+  link is up (so the input state is known); otherwise it is refused with a one-off
+  `G_STATE(cause=RESET_REFUSED)`. After a clear, motion stays blocked until an ENABLE(1) passes.
+- Deadman: once the daemon has sent a COMMAND, silence for `deadman_s` puts a COMMAND(HOLD)
+  stream (every `hold_period_s`) on the tty and `deadman_hold` in G_STATE; the next COMMAND from
+  the daemon ends it. The daemon's end of the socketpair closing does the same, for good.
+- Every forwarded COMMAND is clamped to the robot's joint and gripper limits; a COMMAND with the
+  wrong joint count or a non-finite value is replaced by a hold.
+- G_STATE goes to the daemon on every change and every `state_period_s`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntFlag
+
+from edge_agent.link.codec import (
+    Command,
+    Enable,
+    EstopEdge,
+    GReset,
+    GripperMode,
+    GState,
+    Hello,
+    HelloAck,
+    Message,
+    Mode,
+    Ping,
+    Status,
+    Stop,
+    StopCategory,
+    StopReason,
+)
+from edge_agent.robot import RobotDescription
+
+
+class GuardianFlag(IntFlag):
+    """Bits of `G_STATE.flags`."""
+
+    REALTIME = 1 << 0  # the guardian runs with SCHED_FIFO
+    SESSION_OPEN = 1 << 1  # the firmware accepted our HELLO
+    VERSION_MISMATCH = 1 << 2  # the firmware refused our HELLO (another protocol version)
+    NEED_ENABLE = 1 << 3  # the latch was cleared; motion waits for a new ENABLE(1)
+    DAEMON_LOST = 1 << 4  # the daemon's end of the socketpair closed
+
+
+_ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The limits the guardian clamps commands to, from the robot description."""
+
+    q_min: tuple[float, ...]
+    q_max: tuple[float, ...]
+    stroke_min_m: float
+    stroke_max_m: float
+    force_min_n: float
+    force_max_n: float
+    current_min_a: float
+    current_max_a: float
+
+    @classmethod
+    def from_robot(cls, robot: RobotDescription) -> Limits:
+        g = robot.gripper
+        return cls(tuple(j.position_min_rad for j in robot.joints),
+                   tuple(j.position_max_rad for j in robot.joints),
+                   g.stroke_min_m, g.stroke_max_m, g.force_min_n, g.force_max_n,
+                   g.current_min_a, g.current_max_a)
+
+    @property
+    def n_joints(self) -> int:
+        return len(self.q_min)
+
+    def hold(self) -> Command:
+        """A full hold; the gripper cap stays at its maximum so a held part is not dropped."""
+        return Command(Mode.HOLD, (0.0,) * self.n_joints, GripperMode.HOLD, 0.0,
+                       self.current_max_a, 0)
+
+    def clamp(self, cmd: Command) -> Command | None:
+        """`cmd` within the limits (the same object if nothing changed); None if unusable."""
+        values = (*cmd.q, cmd.gripper_setpoint, cmd.gripper_current_limit)
+        if len(cmd.q) != self.n_joints or not all(math.isfinite(v) for v in values):
+            return None
+        q = tuple(min(max(v, lo), hi) for v, lo, hi in zip(cmd.q, self.q_min, self.q_max,
+                                                            strict=True))
+        sp, cur = cmd.gripper_setpoint, cmd.gripper_current_limit
+        if cmd.gripper_mode == GripperMode.POSITION:
+            sp = min(max(sp, self.stroke_min_m), self.stroke_max_m)
+        elif cmd.gripper_mode == GripperMode.FORCE:
+            sp = min(max(sp, self.force_min_n), self.force_max_n)
+        if cmd.gripper_mode == GripperMode.HOLD:
+            cur = min(max(cur, 0.0), self.current_max_a)
+        elif cur != 0.0:  # 0 asks the firmware for the nominal current, which is within limits
+            cur = min(max(cur, self.current_min_a), self.current_max_a)
+        if q == cmd.q and sp == cmd.gripper_setpoint and cur == cmd.gripper_current_limit:
+            return cmd
+        return Command(cmd.mode, q, cmd.gripper_mode, sp, cur, cmd.ttl_ms)
+
+
+@dataclass(slots=True)
+class Actions:
+    """What to do after one input: frames for the tty (in order, first is most urgent), for the
+    daemon. Firmware frames themselves are always relayed to the daemon by the caller."""
+
+    tty: list[Message] = field(default_factory=list)
+    daemon: list[GState] = field(default_factory=list)
+
+    def extend(self, other: Actions) -> None:
+        self.tty += other.tty
+        self.daemon += other.daemon
+
+
+class GuardianRules:
+    """The guardian's state and rules; every method takes `now` (monotonic seconds)."""
+
+    def __init__(self, limits: Limits, now: float, *, deadman_s: float = 0.05,
+                 hold_period_s: float = 0.01, state_period_s: float = 1.0,
+                 hello: Hello | None = None, realtime: bool = False,
+                 start_latched: StopReason | None = None) -> None:
+        self.limits = limits
+        self.deadman_s = deadman_s
+        self.hold_period_s = hold_period_s
+        self.state_period_s = state_period_s
+        self.hello = hello or Hello()
+        self.latched = start_latched is not None
+        self.cause = start_latched or StopReason.NONE
+        self.estop_input = False
+        self.link_up = False
+        self.need_enable = False
+        self.deadman_hold = False
+        self.daemon_lost = False
+        self.session_open = False
+        self.version_mismatch = False
+        self.realtime = realtime
+        self._last_cmd_at: float | None = None  # the deadman is armed by the first COMMAND
+        self._next_hold_at = math.inf
+        self._next_state_at = now
+        self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
+        self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
+                         "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
+                         "holds_sent": 0}
+
+    # -- inputs ----------------------------------------------------------------------------
+    def on_tty(self, msg: Message, now: float) -> Actions:
+        """A frame from the firmware (it is relayed to the daemon by the caller)."""
+        acts = Actions()
+        if isinstance(msg, Status):  # 1 kHz: the common case must stay cheap
+            pressed = msg.estop_input
+            if pressed == self.estop_input and (self.latched or not pressed):
+                return acts  # nothing changed
+            if pressed and (not self.estop_input or not self.latched):
+                self._estop(acts)  # an edge whose ESTOP_EDGE frame was lost, or not yet latched
+            self.estop_input = pressed
+        elif isinstance(msg, EstopEdge):
+            if msg.pressed:
+                self._estop(acts)
+            self.estop_input = msg.pressed
+        elif isinstance(msg, HelloAck):
+            self.session_open = msg.accepted
+            self.version_mismatch = not msg.accepted
+        return self._changed(acts, now)
+
+    def on_daemon(self, msg: Message, now: float) -> Actions:
+        """A frame from the daemon; what may reach the tty goes into `tty`."""
+        acts = Actions()
+        if isinstance(msg, Command):
+            self._last_cmd_at = now
+            self.deadman_hold = False
+            self._next_hold_at = math.inf
+            cmd = self.limits.clamp(msg)
+            if cmd is None:
+                self.counters["rejected"] += 1
+                acts.tty.append(self.limits.hold())
+            elif cmd.moves and (self.latched or self.need_enable):
+                self.counters["dropped_motion"] += 1
+            else:
+                if cmd is not msg:
+                    self.counters["clamped"] += 1
+                acts.tty.append(cmd)
+        elif isinstance(msg, Stop):
+            acts.tty.append(msg)
+            reason = msg.reason
+            if reason == StopReason.NONE:
+                cat0 = msg.category == StopCategory.CAT0
+                reason = StopReason.ESTOP_REMOTE if cat0 else StopReason.PROTECTIVE
+            self._latch(reason)
+        elif isinstance(msg, Enable):
+            if msg.enable and self.latched:
+                self.counters["dropped_enable"] += 1
+            else:
+                if msg.enable:
+                    self.need_enable = False
+                acts.tty.append(msg)
+        elif isinstance(msg, GReset):
+            self._reset(acts)
+        elif isinstance(msg, Hello):
+            self.hello = msg
+            acts.tty.append(msg)
+        elif isinstance(msg, Ping):
+            acts.tty.append(msg)
+        return self._changed(acts, now)
+
+    def on_tick(self, now: float) -> Actions:
+        """Timers: the deadman, the hold stream, the periodic G_STATE."""
+        acts = Actions()
+        if (not self.deadman_hold and self._last_cmd_at is not None
+                and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
+            self.deadman_hold = True
+            self._next_hold_at = now
+        if self.deadman_hold and now >= self._next_hold_at:
+            acts.tty.append(self.limits.hold())
+            self.counters["holds_sent"] += 1
+            self._next_hold_at = now + self.hold_period_s
+        if now >= self._next_state_at:
+            self._sent_key = None  # force one out
+        return self._changed(acts, now)
+
+    def on_port_opened(self, now: float) -> Actions:
+        """The tty was (re)opened: open a session with HELLO."""
+        self.session_open = False
+        return self._changed(Actions(tty=[self.hello]), now)
+
+    def on_link(self, up: bool, now: float) -> Actions:
+        """The link came up (a valid frame) or failed."""
+        self.link_up = up
+        if not up:
+            self.session_open = False
+            self.estop_input = False  # unknown until the next frame; a pressed input is an edge
+            self._latch(StopReason.LINK_FAULT)
+        return self._changed(Actions(), now)
+
+    def on_daemon_lost(self, now: float) -> Actions:
+        """The daemon's end closed: hold now (and on every tick) for as long as we run."""
+        self.daemon_lost = True
+        self.deadman_hold = True
+        self._last_cmd_at = -math.inf
+        self._next_hold_at = now
+        return self.on_tick(now)
+
+    def force_state(self) -> None:
+        """Send G_STATE with the next actions (the previous one may have been lost)."""
+        self._sent_key = None
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def flags(self) -> GuardianFlag:
+        f = GuardianFlag(0)
+        for on, bit in ((self.realtime, GuardianFlag.REALTIME),
+                        (self.session_open, GuardianFlag.SESSION_OPEN),
+                        (self.version_mismatch, GuardianFlag.VERSION_MISMATCH),
+                        (self.need_enable, GuardianFlag.NEED_ENABLE),
+                        (self.daemon_lost, GuardianFlag.DAEMON_LOST)):
+            if on:
+                f |= bit
+        return f
+
+    @property
+    def state(self) -> GState:
+        cause = self.cause if self.latched else (
+            StopReason.DEADMAN if self.deadman_hold else StopReason.NONE)
+        return GState(self.latched, self.estop_input, self.deadman_hold, self.link_up, cause,
+                      int(self.flags))
+
+    def next_deadline(self) -> float:
+        """When on_tick must run next (the caller may call it earlier)."""
+        t = min(self._next_state_at, self._next_hold_at)
+        if not self.deadman_hold and self._last_cmd_at is not None:
+            t = min(t, self._last_cmd_at + self.deadman_s)
+        return t
+
+    # -- internals -------------------------------------------------------------------------
+    def _estop(self, acts: Actions) -> None:
+        acts.tty.insert(0, Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT))
+        self.counters["stops_sent"] += 1
+        self._latch(StopReason.ESTOP_INPUT)
+
+    def _latch(self, reason: StopReason) -> None:
+        outranks = reason in _ESTOP_REASONS and self.cause not in _ESTOP_REASONS
+        if not self.latched or outranks:
+            self.cause = reason
+        self.latched = True
+
+    def _reset(self, acts: Actions) -> None:
+        if not self.latched:
+            self._sent_key = None  # answer anyway: the daemon waits for the outcome
+            return
+        if self.estop_input or not self.link_up:
+            self.counters["resets_refused"] += 1
+            refused = self.state
+            acts.daemon.append(GState(refused.latched, refused.estop_input,
+                                      refused.deadman_hold, refused.link_up,
+                                      StopReason.RESET_REFUSED, refused.flags))
+            return
+        self.counters["resets"] += 1
+        self.latched = False
+        self.cause = StopReason.NONE
+        self.need_enable = True
+
+    def _changed(self, acts: Actions, now: float) -> Actions:
+        key = (self.latched, self.estop_input, self.deadman_hold, self.link_up, self.cause,
+               self.realtime, self.session_open, self.version_mismatch, self.need_enable,
+               self.daemon_lost)
+        if key != self._sent_key:
+            acts.daemon.append(self.state)
+            self._sent_key = key
+            self._next_state_at = now + self.state_period_s
+        return acts

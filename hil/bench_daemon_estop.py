@@ -1,0 +1,160 @@
+"""Benchmark: the robot's e-stop edge → the STOP frame back at the robot, with the whole daemon up.
+
+    python3 -m hil.bench_daemon_estop [--edges 10000] [--period-ms 10] [--mqtt-port 1883]
+
+Starts `edge-agent run --config configs/sim.toml --sim` (control loop at its configured rate,
+telemetry on when a broker answers), then schedules N press/release pairs of the simulated
+robot's physical button through the rig's control socket (no socket round trip per edge: the
+firmware runs the schedule). The daemon stays latched throughout: the guardian must send a STOP
+frame on every press edge anyway. The firmware times each press from its tick to the first
+STOP frame it receives (µs on its own clock). Same-run baseline: a bare pty round trip (write a
+frame, a child echoes it, read it back) measured right after, on the same loaded machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(path))
+        s.sendall(json.dumps(req).encode() + b"\n")
+        buf = b""
+        while b"\n" not in buf:
+            chunk = s.recv(1 << 22)
+            if not chunk:
+                break
+            buf += chunk
+    out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+    return out
+
+
+def _wait(pred: Any, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if pred():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > end:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def stats_ms(xs: list[float]) -> str:
+    if not xs:
+        return "no samples"
+    s = sorted(xs)
+    def pct(p: float) -> float:
+        return s[min(len(s) - 1, int(p * len(s)))]
+    return (f"n={len(s)}  P50 {pct(0.5):.3f} ms  P99 {pct(0.99):.3f} ms  "
+            f"P99.9 {pct(0.999):.3f} ms  max {s[-1]:.3f} ms")
+
+
+def pty_round_trip(n: int = 2000) -> list[float]:
+    """A bare pty echo: this process writes 24 bytes, a child echoes them back."""
+    master, slave = os.openpty()
+    import tty
+
+    tty.setraw(slave)
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import os,sys\nfd=int(sys.argv[1])\nwhile True:\n d=os.read(fd,4096)\n"
+        " if not d: break\n os.write(fd,d)\n"), str(slave)], pass_fds=(slave,))
+    out: list[float] = []
+    msg = b"\x00" + b"x" * 22 + b"\x00"
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(master, msg)
+            got = b""
+            while len(got) < len(msg):
+                select.select([master], [], [], 1.0)
+                got += os.read(master, 4096)
+            out.append((time.perf_counter() - t0) * 1e3)
+    finally:
+        child.kill()
+        child.wait()
+        os.close(master)
+        os.close(slave)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--edges", type=int, default=10000, help="press edges (default 10000)")
+    ap.add_argument("--period-ms", type=float, default=10.0, help="press every N ms (default 10)")
+    ap.add_argument("--mqtt-port", type=int, default=1883)
+    ap.add_argument("--rate-hz", type=float, default=None, help="control.rate_hz override")
+    args = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="edge-bench-estop-"))
+    sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop"]
+    if args.rate_hz:
+        sets.append(f"control.rate_hz={args.rate_hz}")
+    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
+           str(ROOT / "configs" / "sim.toml"), "--sim"]
+    for s in sets:
+        cmd += ["--set", s]
+    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
+    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                              start_new_session=True)
+    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
+    try:
+        _wait(lambda: _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
+            "result"]["link_up"], 60, "the daemon's link up")
+        t_fw = _request(rig, {"cmd": "status"})["state"]["fw_time_us"] / 1e6
+        start, period = t_fw + 1.0, args.period_ms / 1e3
+        faults = []
+        for k in range(args.edges):
+            faults.append({"at_s": start + k * period, "target": "estop", "mode": "press"})
+            faults.append({"at_s": start + (k + 0.5) * period, "target": "estop",
+                           "mode": "release"})
+        _request(rig, {"cmd": "latency", "clear": True})
+        _request(rig, {"cmd": "schedule", "faults": faults}, timeout=60)
+        duration = 1.0 + args.edges * period + 2.0
+        print(f"daemon up; {args.edges} press edges every {args.period_ms} ms "
+              f"(~{duration:.0f} s) ...", flush=True)
+        _wait(lambda: _request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
+              "the schedule to finish")
+        time.sleep(0.5)  # the last STOP frame's way back
+        lat = _request(rig, {"cmd": "latency"})
+        st = _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})["result"]
+        rig_info = _request(rig, {"cmd": "status"})["rig"]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            daemon.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+    reaction = [us / 1e3 for us in lat["estop_reaction_us"]]
+    base = pty_round_trip()
+    print(f"edge → STOP at the robot (daemon running): {stats_ms(reaction)}")
+    print(f"  presses without a STOP before the next press: {lat['unanswered']}")
+    print(f"bare pty round trip (same run, baseline):   {stats_ms(base)}")
+    if reaction and base:
+        r99 = sorted(reaction)[int(0.99 * len(reaction))]
+        b99 = sorted(base)[int(0.99 * len(base))]
+        print(f"ratio P99 reaction / P99 pty round trip: {r99 / b99:.1f}")
+    print(f"daemon loop: {st.get('loop')}; mode {st.get('mode')}")
+    print(f"rig: {rig_info}")
+    print(f"logs: {tmp / 'daemon.log'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Test helper: run a real `edge-agent run --sim` daemon process against a private broker."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from mosquitto import Mosquitto, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+SIM_CONFIG = REPO / "configs" / "sim.toml"
+
+
+class DaemonProc:
+    """`edge-agent run --config configs/sim.toml --sim` with test overrides; output captured."""
+
+    def __init__(self, tmp: Path, broker: Mosquitto | None, *, device: str = "dev1",
+                 password: str = "dev1-secret-pw", extra: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
+        self.state_dir = tmp / "state"
+        self.device = device
+        sets = [f"state_dir={self.state_dir}", f"device.id={device}",
+                "mqtt.keepalive_s=2", "mqtt.reconnect_min_s=0.2", "mqtt.reconnect_max_s=1.0"]
+        if broker is not None:
+            sets += [f"mqtt.port={broker.port}", f'mqtt.password="{password}"']
+        else:
+            sets += ["mqtt.port=1"]  # nothing listens there: the daemon must come up anyway
+        self.cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config", str(SIM_CONFIG),
+                    "--sim"]
+        for s in (*sets, *extra):
+            self.cmd += ["--set", s]
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> DaemonProc:
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=self.env, cwd=REPO, start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for line in list(self.lines):
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if isinstance(rec, dict) and rec.get("event") == name:
+                    out.append(rec)
+        return out
+
+    def wait_ready(self, timeout: float = 60.0) -> dict[str, Any]:
+        wait_until(lambda: bool(self.events("ready")) or self.exited(), timeout, "daemon ready")
+        assert not self.exited(), "daemon exited:\n" + "\n".join(self.lines[-40:])
+        return self.events("ready")[0]
+
+    def exited(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def socket_cmd(self, name: str, payload: dict[str, Any] | None = None,
+                   timeout: float = 10.0) -> dict[str, Any]:
+        """One command over the daemon's local control socket."""
+        req = {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **(payload or {})}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(self.state_dir / "control.sock"))
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while b"\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+        return out
+
+    def rig(self, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+        """One request to the simulated robot's own control socket (fault injection, record)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(self.state_dir / "rig.sock"))
+            s.sendall(json.dumps(req).encode() + b"\n")
+            buf = b""
+            while b"\n" not in buf:
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+        out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout)
+        # whatever the daemon left behind (rig, guardian) goes with its process group
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        if self._reader is not None:
+            self._reader.join(5)
+        return self.proc.returncode

@@ -1,0 +1,119 @@
+"""End to end: a real daemon on the simulated robot, a private broker, a real pty.
+
+What an operator sees: retained `online`, `status` answered (socket and MQTT), a press of the
+rig's physical e-stop stopping the drives at the wire and showing in `state`, a reset refused
+while the button is pressed, and the Last Will `offline` after `kill -9`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from daemon_proc import DaemonProc
+from mosquitto import Mosquitto, Probe, wait_until
+
+
+@pytest.fixture
+def operator(broker: Mosquitto) -> Probe:
+    p = Probe(broker, "operator", "operator-pw")
+    assert p.connect() == 0
+    p.subscribe("edge/dev1/#")
+    yield p
+    p.close()
+
+
+def _payload(msg: object) -> dict[str, object]:
+    out = json.loads(msg.payload)  # type: ignore[attr-defined]
+    assert isinstance(out, dict)
+    return out
+
+
+def test_daemon_comes_up_answers_and_stops_on_the_rig_estop(
+        tmp_path: Path, broker: Mosquitto, operator: Probe) -> None:
+    d = DaemonProc(tmp_path, broker).start()
+    try:
+        ready = d.wait_ready()
+        assert ready["startup_ms"] > 0
+        online = operator.expect(lambda m: m.topic == "edge/dev1/status"
+                                 and _payload(m)["state"] == "online", timeout=30)
+        birth = _payload(online)
+        assert birth["v"] == 1 and birth["boot_id"] == ready["boot_id"] and "config_hash" in birth
+
+        # status over the local control socket, then over MQTT (operator account)
+        st = d.socket_cmd("status")
+        assert st["ok"] and st["result"]["device"] == "dev1"
+        wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
+        operator.publish("edge/dev1/cmd/status", json.dumps({"v": 1, "id": "st-1"}))
+        reply = _payload(operator.expect("edge/dev1/reply/status", timeout=30))
+        assert reply["id"] == "st-1" and reply["ok"] is True
+        assert reply["result"]["mode"] in ("idle", "protective_stop")  # type: ignore[index]
+
+        # the physical button on the simulated robot
+        assert d.rig({"cmd": "inject", "target": "estop", "mode": "press"})["ok"]
+        state = operator.expect(lambda m: m.topic == "edge/dev1/state"
+                                and _payload(m).get("mode") == "estop", timeout=30)
+        stop = _payload(state)["stop"]
+        assert stop["kind"] == "estop" and "estop_input" in stop["causes"]  # type: ignore[index]
+        # the guardian wrote a STOP frame that the rig's firmware received
+        rec = d.rig({"cmd": "record", "type": "STOP"})
+        assert rec["ok"] and rec["frames"], rec
+        assert any(f.get("payload", {}).get("reason") in ("ESTOP_INPUT", 1)
+                   or "ESTOP_INPUT" in json.dumps(f) for f in rec["frames"]), rec["frames"][:3]
+
+        # a reset is refused while the button is pressed; nothing clears it remotely
+        r = d.socket_cmd("reset")
+        assert not r["ok"] and r["error"]["code"] == "estop_active"
+        assert d.socket_cmd("status")["result"]["mode"] == "estop"
+
+        # released + reset: the latch clears (and nothing moves: no new command was given)
+        assert d.rig({"cmd": "inject", "target": "estop", "mode": "release"})["ok"]
+        wait_until(lambda: not d.socket_cmd("status")["result"]["stop"]["hardware_input"],
+                   30, "e-stop input released")
+        # (resets are rate-limited to one a second: retry until it is no longer rate_limited)
+        replies: list[dict[str, object]] = []
+        wait_until(lambda: replies.append(d.socket_cmd("reset")) or bool(replies[-1]["ok"]),
+                   30, "reset accepted")
+        assert all(r["ok"] or r["error"]["code"] == "rate_limited"  # type: ignore[index]
+                   for r in replies), replies
+        wait_until(lambda: d.socket_cmd("status")["result"]["mode"] == "idle", 30, "idle")
+        moving = d.rig({"cmd": "record", "type": "COMMAND", "where": {"mode": "POSITION"}})
+        assert moving["ok"] and moving["frames"] == [], moving["frames"][:3]
+
+        # kill -9: the broker publishes the Last Will
+        d.stop(signal.SIGKILL)
+        offline = operator.expect(lambda m: m.topic == "edge/dev1/status"
+                                  and _payload(m)["state"] == "offline", timeout=30)
+        assert _payload(offline)["boot_id"] == ready["boot_id"]
+    finally:
+        d.stop()
+
+
+def test_without_a_broker_the_daemon_is_ready_and_answers_locally(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path, None).start()
+    try:
+        d.wait_ready()
+        st = d.socket_cmd("status")
+        assert st["ok"] and st["result"]["mqtt_connected"] is False
+        assert d.stop(signal.SIGTERM) == 0
+        assert not (d.state_dir / "running").exists()  # clean shutdown marker removed
+    finally:
+        d.stop()
+
+
+def test_missing_serial_device_means_protective_stop_not_a_crash(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path, None)
+    d.cmd.remove("--sim")
+    d.cmd += ["--set", f"link.port={tmp_path / 'no-such-tty'}", "--set", "link.hello_timeout_s=0.3"]
+    d.start()
+    try:
+        d.wait_ready()
+        st = d.socket_cmd("status")["result"]
+        assert st["mode"] == "protective_stop"
+        assert "link_fault" in st["stop"]["causes"]
+        r = d.socket_cmd("reset")
+        assert not r["ok"] and r["error"]["code"] == "cause_present"
+    finally:
+        d.stop()

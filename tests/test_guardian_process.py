@@ -1,0 +1,344 @@
+"""The guardian process against a firmware peer on a real pty, driven through GuardianClient."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from edge_agent.link import codec
+from edge_agent.link.codec import (
+    Command,
+    Enable,
+    Frame,
+    GripperMode,
+    GState,
+    Hello,
+    Message,
+    Mode,
+    Ping,
+    Status,
+    Stop,
+    StopCategory,
+    StopReason,
+)
+from edge_agent.link.guardian_client import GuardianClient
+from edge_agent.link.guardian_rules import GuardianFlag, Limits
+from edge_agent.robot import load_robot
+from hil.peer import FirmwarePeer, PeerPty
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOT = ROOT / "configs" / "robot" / "edge-arm-4.toml"
+HOLD = Limits.from_robot(load_robot(ROBOT)).hold()
+ESTOP_STOP = Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT)
+Q_OK = (0.125, 1.0, -1.0, 0.0)  # exact in f32, so frames compare equal after the wire
+
+
+def f32(x: float) -> float:
+    return float(struct.unpack("<f", struct.pack("<f", x))[0])
+
+
+def position(q: tuple[float, ...] = Q_OK) -> Command:
+    return Command(Mode.POSITION, tuple(f32(v) for v in q), GripperMode.POSITION, 0.03125, 0.75)
+
+
+def is_motion(m: Message) -> bool:
+    return (isinstance(m, Command) and m.moves) or (isinstance(m, Enable) and m.enable)
+
+
+class Daemon:
+    """The daemon's view: every frame from the guardian, and waiting for a G_STATE."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.cond = threading.Condition()
+        self.downs: list[str] = []
+        self.ups = 0
+
+    def on_frame(self, f: Frame) -> None:
+        with self.cond:
+            self.frames.append(f)
+            self.cond.notify_all()
+
+    def on_down(self, reason: str) -> None:
+        with self.cond:
+            self.downs.append(reason)
+            self.cond.notify_all()
+
+    def on_up(self) -> None:
+        with self.cond:
+            self.ups += 1
+            self.cond.notify_all()
+
+    def mark(self) -> int:
+        with self.cond:
+            return len(self.frames)
+
+    def wait(self, cond: Callable[[], bool], timeout: float = 15.0) -> None:
+        with self.cond:
+            if not self.cond.wait_for(cond, timeout):
+                raise AssertionError("timed out")
+
+    def wait_state(self, pred: Callable[[GState], bool], start: int = 0,
+                   timeout: float = 15.0) -> GState:
+        found: list[GState] = []
+
+        def hit() -> bool:
+            found[:] = [f.msg for f in self.frames[start:]
+                        if isinstance(f.msg, GState) and pred(f.msg)]
+            return bool(found)
+
+        self.wait(hit, timeout)
+        return found[0]
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Iterator[FirmwarePeer]:
+    p = FirmwarePeer(PeerPty(tmp_path)).start()
+    yield p
+    p.stop()
+
+
+def start_client(peer: FirmwarePeer, daemon: Daemon, **kw: object) -> GuardianClient:
+    kw.setdefault("priority", 0)
+    client = GuardianClient(peer.pty.path, ROBOT, 0.05, on_frame=daemon.on_frame,
+                            on_guardian_down=daemon.on_down, on_guardian_up=daemon.on_up,
+                            **kw)  # type: ignore[arg-type]
+    client.start()
+    daemon.wait_state(lambda s: s.link_up and bool(s.flags & GuardianFlag.SESSION_OPEN))
+    return client
+
+
+def sent_after(peer: FirmwarePeer, mark: int, marker: Ping) -> list[Message]:
+    """What reached the tty from `mark` up to the marker PING (sent last by the test)."""
+    peer.wait_for(lambda f: f.msg == marker, start=mark)
+    with peer._cond:
+        msgs = [f.msg for f in peer.received[mark:]]
+    return msgs[: msgs.index(marker)]
+
+
+def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    try:
+        assert isinstance(peer.wait_for(lambda f: isinstance(f.msg, Hello)).msg, Hello)
+        # firmware frames are relayed to the daemon unchanged
+        daemon.wait(lambda: any(isinstance(f.msg, Status) for f in daemon.frames))
+        client.send(Enable(True))
+        client.send(position())
+        peer.wait_for(lambda f: f.msg == position())
+
+        m = daemon.mark()
+        peer.press()
+        peer.wait_for(lambda f: f.msg == ESTOP_STOP)
+        st = daemon.wait_state(lambda s: s.latched, m)
+        assert st.cause == StopReason.ESTOP_INPUT and st.estop_input
+
+        mark = peer.mark()
+        for _ in range(3):
+            client.send(position())
+        client.send(Enable(True))
+        client.send(Command(Mode.HOLD, Q_OK))
+        client.send(Ping(1))
+        passed = sent_after(peer, mark, Ping(1))
+        assert not [x for x in passed if is_motion(x)]
+        assert Command(Mode.HOLD, Q_OK) in passed
+
+        m = daemon.mark()
+        client.reset()
+        st = daemon.wait_state(lambda s: s.cause == StopReason.RESET_REFUSED, m)
+        assert st.latched
+
+        mark = peer.mark()
+        peer.release()
+        peer.press()  # a second press edge: another stop frame although latched
+        peer.wait_for(lambda f: f.msg == ESTOP_STOP, start=mark)
+        m = daemon.mark()
+        peer.release()
+        daemon.wait_state(lambda s: not s.estop_input, m)
+        m = daemon.mark()
+        client.reset()
+        st = daemon.wait_state(lambda s: not s.latched, m)
+        assert st.flags & GuardianFlag.NEED_ENABLE
+
+        mark = peer.mark()
+        client.send(position())
+        client.send(Ping(2))
+        assert not [x for x in sent_after(peer, mark, Ping(2)) if is_motion(x)]
+
+        mark = peer.mark()
+        client.send(Enable(True))
+        client.send(position((9.0, 9.0, 9.0, 9.0)))
+        client.send(Ping(3))
+        passed = sent_after(peer, mark, Ping(3))
+        assert passed[0] == Enable(True)
+        assert position((2.8, 2.2, 0.3, 1.2)) in passed  # clamped to the robot's limits
+    finally:
+        client.stop()
+        client.stop()
+
+
+def test_deadman_hold_when_the_daemon_goes_quiet(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    try:
+        mark = peer.mark()
+        client.send(position())
+        # the test sends nothing more: within the deadman the guardian streams holds
+        peer.wait_for(lambda f: f.msg == HOLD, start=mark)
+        st = daemon.wait_state(lambda s: s.deadman_hold)
+        assert st.cause == StopReason.DEADMAN and not st.latched
+        m = daemon.mark()
+        client.send(position())
+        daemon.wait_state(lambda s: not s.deadman_hold, m)
+    finally:
+        client.stop()
+
+
+def test_daemon_end_of_file_holds_and_the_guardian_exits(peer: FirmwarePeer) -> None:
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_agent.link.guardian", "--fd", str(theirs.fileno()),
+         "--port", peer.pty.path, "--robot", str(ROBOT), "--priority", "0"],
+        pass_fds=(theirs.fileno(),), cwd=ROOT)
+    theirs.close()
+    try:
+        dec = codec.FrameDecoder()
+        ours.settimeout(15)
+        up = False
+        while not up:
+            data = ours.recv(65536)
+            assert data, "guardian exited early"
+            up = any(isinstance(f.msg, GState) and f.msg.link_up for f in dec.feed(data))
+        # firmware frames keep their numbers and G_STATE reuses the last one: no gaps
+        assert dec.counters.seq_gaps == 0 and dec.counters.bad_frames == 0
+        ours.sendall(codec.encode(position(), 0))
+        peer.wait_for(lambda f: f.msg == position())
+        mark = peer.mark()
+        ours.close()  # the daemon dies
+        peer.wait_for(lambda f: f.msg == HOLD, start=mark)
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_holds_and_exits_cleanly(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    proc = client._proc
+    assert proc is not None
+    mark = peer.mark()
+    client.stop()  # SIGTERM
+    peer.wait_for(lambda f: f.msg == HOLD, start=mark)
+    assert proc.returncode == 0
+    assert daemon.downs == []  # a requested stop is not a failure
+
+
+def test_a_dead_guardian_is_reported_and_restarted_latched(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon, restart_min_s=0.01, restart_max_s=0.05)
+    try:
+        old = client.pid
+        assert old is not None
+        m = daemon.mark()
+        os.kill(old, 9)
+        daemon.wait(lambda: daemon.ups == 1)
+        assert "exited" in daemon.downs[0]
+        assert client.pid != old and client.restarts == 1
+        st = daemon.wait_state(lambda s: s.link_up, m)
+        assert st.latched and st.cause == StopReason.PROTECTIVE
+        m = daemon.mark()
+        client.reset()
+        daemon.wait_state(lambda s: not s.latched, m)
+    finally:
+        client.stop()
+
+
+def test_tty_loss_is_a_link_fault_and_a_new_device_recovers(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    try:
+        m = daemon.mark()
+        peer.unplug()
+        st = daemon.wait_state(lambda s: not s.link_up, m)
+        assert st.latched and st.cause == StopReason.LINK_FAULT
+        mark = peer.mark()
+        m = daemon.mark()
+        peer.replug()
+        daemon.wait_state(lambda s: s.link_up, m)
+        peer.wait_for(lambda f: isinstance(f.msg, Hello), start=mark)  # a new session
+        m = daemon.mark()
+        client.reset()
+        daemon.wait_state(lambda s: not s.latched, m)
+    finally:
+        client.stop()
+
+
+def test_realtime_flag_says_whether_sched_fifo_was_granted(peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = start_client(peer, daemon, priority=30)
+    try:
+        pid = client.pid
+        assert pid is not None
+        fifo = os.sched_getscheduler(pid) == os.SCHED_FIFO
+        st = daemon.wait_state(lambda s: True)
+        assert bool(st.flags & GuardianFlag.REALTIME) == fifo
+    finally:
+        client.stop()
+
+
+def test_send_while_stopped_raises_link_error(peer: FirmwarePeer) -> None:
+    from edge_agent.errors import LinkError
+
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    client.stop()
+    with pytest.raises(LinkError):
+        client.send(Ping(0))
+
+
+def test_the_guardian_imports_nothing_heavy() -> None:
+    code = ("import sys; before = set(sys.modules); import edge_agent.link.guardian; "
+            "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before} "
+            "- set(sys.stdlib_module_names))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert set(out) <= {"edge_agent", "serial"}, out
+
+
+def test_commands_before_the_guardian_is_ready_are_dropped_other_frames_wait(
+        peer: FirmwarePeer) -> None:
+    daemon = Daemon()
+    client = GuardianClient(peer.pty.path, ROBOT, 0.05, on_frame=daemon.on_frame, priority=0)
+    client.start()
+    pid = client.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # hold it in its start-up
+    try:
+        if client.ready:
+            pytest.skip("the guardian was up before it could be paused")
+        for _ in range(500):  # 2.5 s of a 200 Hz stream: would fill the socket and block
+            client.send(position())
+        stop = Stop(StopCategory.CAT2, StopReason.PROTECTIVE)
+        client.send(stop)
+        assert client.dropped_before_ready == 500
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    try:
+        peer.wait_for(lambda f: f.msg == stop)
+        st = daemon.wait_state(lambda s: s.latched and s.link_up)
+        assert st.cause == StopReason.PROTECTIVE
+        assert client.ready
+        assert not [f for f in peer.received if isinstance(f.msg, Command)]
+    finally:
+        client.stop()

@@ -1,0 +1,353 @@
+"""The guardian's sans-IO rules: unit cases and a Hypothesis state machine over frames and time.
+
+Default run: 150 state-machine examples of up to 60 steps. `EDGE_GUARDIAN_EXAMPLES=100000` for a
+long run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from edge_agent.link.codec import (
+    Command,
+    Enable,
+    EstopEdge,
+    GReset,
+    GripperMode,
+    GState,
+    HelloAck,
+    Message,
+    Mode,
+    Ping,
+    Status,
+    StatusFlag,
+    Stop,
+    StopCategory,
+    StopReason,
+)
+from edge_agent.link.guardian_rules import Actions, GuardianFlag, GuardianRules, Limits
+from edge_agent.robot import load_robot
+
+ROBOT = Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml"
+LIMITS = Limits.from_robot(load_robot(ROBOT))
+N = LIMITS.n_joints
+Z = (0.0,) * N
+DEADMAN = 0.05
+HOLD_PERIOD = 0.01
+ESTOP_STOP = Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT)
+EXAMPLES = int(os.environ.get("EDGE_GUARDIAN_EXAMPLES", "150"))
+
+
+def status(pressed: bool) -> Status:
+    return Status(0, StatusFlag.ESTOP_INPUT if pressed else StatusFlag(0), 0, Z, Z, Z,
+                  0.0, 0.0, 0.0)
+
+
+def position(q: tuple[float, ...] = (0.1, 1.0, -1.0, 0.0)) -> Command:
+    return Command(Mode.POSITION, q, GripperMode.POSITION, 0.04, 0.8)
+
+
+def moving(m: Message) -> bool:
+    return (isinstance(m, Command) and m.moves) or (isinstance(m, Enable) and m.enable)
+
+
+def up_rules(now: float = 0.0) -> GuardianRules:
+    r = GuardianRules(LIMITS, now, deadman_s=DEADMAN, hold_period_s=HOLD_PERIOD)
+    r.on_link(True, now)
+    r.on_tty(status(False), now)
+    return r
+
+
+# --------------------------------------------------------------------------- unit cases
+
+
+def test_limits_come_from_the_robot_description() -> None:
+    assert N == 4
+    assert LIMITS.q_min[1] == -0.3 and LIMITS.q_max[1] == 2.2
+    assert LIMITS.current_max_a == 2.0 and LIMITS.stroke_max_m == 0.08
+
+
+def test_commands_are_clamped_to_joint_and_gripper_limits() -> None:
+    r = up_rules()
+    acts = r.on_daemon(Command(Mode.POSITION, (9.0, -9.0, 0.0, 0.0), GripperMode.FORCE, 100.0,
+                               50.0), 0.0)
+    (cmd,) = acts.tty
+    assert isinstance(cmd, Command)
+    assert cmd.q == (2.8, -0.3, 0.0, 0.0)
+    assert cmd.gripper_setpoint == 40.0 and cmd.gripper_current_limit == 2.0
+    ok = position()
+    assert r.on_daemon(ok, 0.001).tty == [ok]
+    assert r.counters["clamped"] == 1
+
+
+def test_unusable_commands_become_a_hold() -> None:
+    r = up_rules()
+    for bad in (position((math.nan, 0.0, 0.0, 0.0)), position((0.0, 0.0)),
+                Command(Mode.POSITION, Z, GripperMode.POSITION, math.inf, 1.0)):
+        (cmd,) = r.on_daemon(bad, 0.0).tty
+        assert cmd == LIMITS.hold()
+    assert r.counters["rejected"] == 3
+
+
+def test_estop_edge_stops_first_latches_and_refuses_reset_until_released() -> None:
+    r = up_rules()
+    acts = r.on_tty(EstopEdge(1, True), 0.0)
+    assert acts.tty == [ESTOP_STOP]
+    assert acts.daemon[-1] == GState(True, True, False, True, StopReason.ESTOP_INPUT, 0)
+    assert r.on_daemon(position(), 0.0).tty == []
+    assert r.on_daemon(Enable(True), 0.0).tty == []
+    assert r.on_daemon(Enable(False), 0.0).tty == [Enable(False)]
+    assert r.on_daemon(Ping(5), 0.0).tty == [Ping(5)]
+    assert r.on_daemon(Command(Mode.HOLD, Z), 0.0).tty == [Command(Mode.HOLD, Z)]
+    refused = r.on_daemon(GReset(), 0.0).daemon
+    assert refused == [GState(True, True, False, True, StopReason.RESET_REFUSED, 0)]
+    assert r.on_tty(EstopEdge(2, True), 0.0).tty == [ESTOP_STOP]  # again, although latched
+    r.on_tty(EstopEdge(3, False), 0.0)
+    cleared = r.on_daemon(GReset(), 0.0).daemon
+    assert cleared == [GState(False, False, False, True, StopReason.NONE,
+                              int(GuardianFlag.NEED_ENABLE))]
+    assert r.on_daemon(position(), 0.0).tty == []  # no motion before a new ENABLE(1)
+    assert r.on_daemon(Enable(True), 0.0).tty == [Enable(True)]
+    assert r.on_daemon(position(), 0.0).tty == [position()]
+
+
+def test_status_with_the_input_active_latches_when_the_edge_frame_was_lost() -> None:
+    r = up_rules()
+    assert r.on_tty(status(True), 0.0).tty == [ESTOP_STOP]
+    assert r.on_tty(status(True), 0.001).tty == []  # a steady input is not a new edge
+
+
+def test_remote_stop_is_forwarded_and_latches_with_its_reason() -> None:
+    r = up_rules()
+    stop = Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE)
+    acts = r.on_daemon(stop, 0.0)
+    assert acts.tty == [stop] and r.state.cause == StopReason.ESTOP_REMOTE
+    r.on_daemon(GReset(), 0.0)
+    assert not r.latched
+    r.on_daemon(Stop(StopCategory.CAT2, StopReason.COLLISION), 0.0)
+    r.on_tty(EstopEdge(1, True), 0.0)
+    assert r.cause == StopReason.ESTOP_INPUT  # an e-stop outranks a protective stop
+
+
+def test_link_fault_latches_and_reset_waits_for_the_link() -> None:
+    r = up_rules()
+    acts = r.on_link(False, 0.0)
+    assert acts.daemon[-1].latched and acts.daemon[-1].cause == StopReason.LINK_FAULT
+    assert r.on_daemon(GReset(), 0.0).daemon[-1].cause == StopReason.RESET_REFUSED
+    r.on_link(True, 0.1)
+    assert r.on_tty(status(True), 0.1).tty == [ESTOP_STOP]  # input unknown across the outage
+    r.on_tty(status(False), 0.2)
+    r.on_daemon(GReset(), 0.2)
+    assert not r.latched
+
+
+def test_deadman_holds_after_silence_and_the_next_command_ends_it() -> None:
+    r = up_rules()
+    assert r.on_tick(1.0).tty == []  # not armed before the first command
+    r.on_daemon(position(), 1.0)
+    assert r.next_deadline() <= 1.0 + DEADMAN
+    acts = r.on_tick(1.0 + DEADMAN)
+    assert acts.tty == [LIMITS.hold()] and r.state.deadman_hold
+    assert r.state.cause == StopReason.DEADMAN and not r.latched
+    assert r.next_deadline() == 1.0 + DEADMAN + HOLD_PERIOD
+    r.on_daemon(position(), 1.2)
+    assert not r.state.deadman_hold
+
+
+def test_daemon_lost_holds_for_good() -> None:
+    r = up_rules()
+    acts = r.on_daemon_lost(3.0)
+    assert acts.tty == [LIMITS.hold()]
+    assert r.state.flags & GuardianFlag.DAEMON_LOST
+    assert r.on_tick(3.0 + HOLD_PERIOD).tty == [LIMITS.hold()]
+
+
+def test_state_goes_out_on_change_and_once_a_period() -> None:
+    r = GuardianRules(LIMITS, 0.0, realtime=True)
+    first = r.on_tick(0.0).daemon
+    assert first == [GState(False, False, False, False, StopReason.NONE,
+                            int(GuardianFlag.REALTIME))]
+    assert r.on_tick(0.5).daemon == []
+    assert r.next_deadline() == 1.0
+    assert r.on_tick(1.0).daemon == first
+    acked = r.on_tty(HelloAck(1, True, N), 1.1).daemon
+    assert acked[-1].flags & GuardianFlag.SESSION_OPEN
+    assert r.on_tty(HelloAck(2, False, N), 1.2).daemon[-1].flags & GuardianFlag.VERSION_MISMATCH
+
+
+def test_start_latched_blocks_motion_until_reset() -> None:
+    r = GuardianRules(LIMITS, 0.0, start_latched=StopReason.PROTECTIVE)
+    r.on_link(True, 0.0)
+    r.on_tty(status(False), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == []
+    r.on_daemon(GReset(), 0.0)
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == [position()]
+
+
+# --------------------------------------------------------------------------- state machine
+
+finite_q = st.floats(-10, 10, allow_nan=False)
+any_q = st.one_of(finite_q, st.just(math.nan), st.just(math.inf))
+
+
+class GuardianMachine(RuleBasedStateMachine):
+    """Random frames and time; the safety invariants must hold after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = 0.0
+        self.r = GuardianRules(LIMITS, 0.0, deadman_s=DEADMAN, hold_period_s=HOLD_PERIOD)
+        self.link = False
+        self.known_pressed = False  # what the frames have told the guardian since the link came up
+        self.pressed = False  # the physical input
+        self.last_cmd: float | None = None
+        self.first_hold_after_cmd: float | None = None
+        self.last_hold: float | None = None
+        self.daemon_lost = False
+
+    # every input goes through here
+    def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
+             reset: bool = False) -> Actions:
+        for m in acts.tty:
+            if moving(m):
+                assert not latched_before and not self.r.latched, f"motion while latched: {m}"
+            if isinstance(m, Command) and m.moves:
+                assert not need_enable_before, "motion after a clear without ENABLE(1)"
+            if isinstance(m, Command):
+                assert len(m.q) == N
+                for v, lo, hi in zip(m.q, LIMITS.q_min, LIMITS.q_max, strict=True):
+                    assert lo <= v <= hi
+                assert 0.0 <= m.gripper_current_limit <= LIMITS.current_max_a
+                if m == LIMITS.hold():
+                    if self.last_cmd is not None and self.first_hold_after_cmd is None:
+                        self.first_hold_after_cmd = self.t
+                    self.last_hold = self.t
+        if latched_before and not self.r.latched:
+            assert reset and not self.known_pressed and self.link, "latch cleared unsafely"
+        return acts
+
+    def feed_tty(self, msg: Message) -> Actions:
+        lb, ne = self.r.latched, self.r.need_enable
+        return self.step(self.r.on_tty(msg, self.t), lb, ne)
+
+    def feed_daemon(self, msg: Message) -> Actions:
+        lb, ne = self.r.latched, self.r.need_enable
+        acts = self.step(self.r.on_daemon(msg, self.t), lb, ne, reset=isinstance(msg, GReset))
+        if isinstance(msg, Command):
+            self.last_cmd = self.t
+            self.first_hold_after_cmd = None
+            self.last_hold = None
+        return acts
+
+    @precondition(lambda self: self.link)
+    @rule(via_edge=st.booleans())
+    def press(self, via_edge: bool) -> None:
+        edge = via_edge or not self.known_pressed or not self.r.latched
+        self.pressed = True
+        acts = self.feed_tty(EstopEdge(0, True) if via_edge else status(True))
+        self.known_pressed = True
+        if edge:
+            assert acts.tty[:1] == [ESTOP_STOP], "a press edge without a stop frame"
+        assert self.r.latched
+
+    @precondition(lambda self: self.link)
+    @rule(via_edge=st.booleans())
+    def release(self, via_edge: bool) -> None:
+        self.pressed = False
+        self.feed_tty(EstopEdge(0, False) if via_edge else status(False))
+        self.known_pressed = False
+
+    @precondition(lambda self: self.link)
+    @rule()
+    def status_frame(self) -> None:
+        self.feed_tty(status(self.pressed))
+        self.known_pressed = self.pressed
+
+    @rule()
+    def link_down(self) -> None:
+        self.r.on_link(False, self.t)
+        self.link = False
+        self.known_pressed = False
+        assert self.r.latched
+
+    @precondition(lambda self: not self.link)
+    @rule()
+    def link_up(self) -> None:
+        self.r.on_link(True, self.t)
+        self.link = True
+        self.status_frame()
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(mode=st.sampled_from(Mode), gmode=st.sampled_from(GripperMode),
+          q=st.lists(any_q, min_size=N - 1, max_size=N + 1)
+          | st.lists(finite_q, min_size=N, max_size=N),
+          sp=st.floats(-100, 100), cur=st.floats(-5, 5))
+    def command(self, mode: Mode, gmode: GripperMode, q: list[float], sp: float,
+                cur: float) -> None:
+        self.feed_daemon(Command(mode, tuple(q), gmode, sp, cur))
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(on=st.booleans())
+    def enable(self, on: bool) -> None:
+        self.feed_daemon(Enable(on))
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(reason=st.sampled_from(StopReason), cat=st.sampled_from(StopCategory))
+    def remote_stop(self, reason: StopReason, cat: StopCategory) -> None:
+        stop = Stop(cat, reason)
+        assert self.feed_daemon(stop).tty[:1] == [stop]
+        assert self.r.latched
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule()
+    def reset(self) -> None:
+        was = self.r.latched
+        acts = self.feed_daemon(GReset())
+        if was and (self.known_pressed or not self.link):
+            assert self.r.latched
+            assert acts.daemon[-1].cause == StopReason.RESET_REFUSED
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule()
+    def daemon_goes_away(self) -> None:
+        self.daemon_lost = True
+        lb, ne = self.r.latched, self.r.need_enable
+        acts = self.step(self.r.on_daemon_lost(self.t), lb, ne)
+        assert LIMITS.hold() in acts.tty
+
+    @rule(dt=st.floats(0.0, 0.3))
+    def advance(self, dt: float) -> None:
+        """Time passes; the caller ticks at every deadline the rules ask for, as the loop does."""
+        target = self.t + dt
+        while self.r.next_deadline() <= target:
+            self.t = max(self.t, self.r.next_deadline())
+            lb, ne = self.r.latched, self.r.need_enable
+            self.step(self.r.on_tick(self.t), lb, ne)
+        self.t = target
+        lb, ne = self.r.latched, self.r.need_enable
+        self.step(self.r.on_tick(self.t), lb, ne)
+
+    @invariant()
+    def a_silent_stream_ends_in_a_hold_within_the_deadman_time(self) -> None:
+        if self.last_cmd is not None and self.t - self.last_cmd >= DEADMAN:
+            assert self.r.state.deadman_hold
+            assert self.first_hold_after_cmd is not None
+            assert self.first_hold_after_cmd <= self.last_cmd + DEADMAN + 1e-9
+            assert self.last_hold is not None and self.t - self.last_hold < HOLD_PERIOD + 1e-9
+
+    @invariant()
+    def the_latch_holds_while_the_input_is_known_active(self) -> None:
+        if self.known_pressed:
+            assert self.r.latched
+
+
+GuardianMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=60,
+                                             deadline=None)
+TestGuardianRules = GuardianMachine.TestCase
