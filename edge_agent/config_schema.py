@@ -196,7 +196,7 @@ class ExecutorSection:
     max_attempts: int = opt("int", 3, lo=1, hi=10)
     l3_threshold: int = opt("int", 5, lo=1, hi=1000)
     tool_tolerance_m: float = opt("float", 0.002, lo=0.0, lo_open=True, hi=0.1)
-    grip_force_n: float = opt("float", 5.0, lo=0.0, lo_open=True)
+    grip_force_n: float = opt("float", 10.0, lo=0.0, lo_open=True)
     grip_force_band_n: float = opt("float", 1.0, lo=0.0, lo_open=True)
     collision_current_factor: float = opt("float", 1.5, lo=1.0, lo_open=True, hi=10.0)
     reset_min_interval_s: float = opt("float", 1.0, lo=0.0, hi=60.0)

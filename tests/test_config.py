@@ -33,7 +33,7 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
         200.0, 20.0, 0.0002, False)
     ex = c.executor
     assert (ex.max_attempts, ex.l3_threshold, ex.tool_tolerance_m, ex.grip_force_n,
-            ex.grip_force_band_n, ex.collision_current_factor) == (3, 5, 0.002, 5.0, 1.0, 1.5)
+            ex.grip_force_band_n, ex.collision_current_factor) == (3, 5, 0.002, 10.0, 1.0, 1.5)
     assert ex.l1_timeouts_s.grasp > 0 and ex.l1_timeouts_s.transfer > 0
     inf = c.inference
     assert (inf.providers, inf.model, inf.triton_url, inf.triton_model, inf.deadline_ms,
@@ -123,7 +123,7 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("executor", "l3_threshold", "0", "must be >= 1"),
     ("executor", "tool_tolerance_m", "0", "must be > 0"),
     ("executor", "grip_force_n", "100", "outside the gripper's force range 0..40 N"),
-    ("executor", "grip_force_band_n", "6", "smaller than executor.grip_force_n (5)"),
+    ("executor", "grip_force_band_n", "11", "smaller than executor.grip_force_n (10)"),
     ("executor", "collision_current_factor", "1.0", "must be > 1"),
     ("executor", "l1_timeouts_s", "5", "must be a table"),
     ("executor.l1_timeouts_s", "grasp", "0", "must be > 0"),

@@ -117,3 +117,47 @@ def test_missing_serial_device_means_protective_stop_not_a_crash(tmp_path: Path)
         assert not r["ok"] and r["error"]["code"] == "cause_present"
     finally:
         d.stop()
+
+
+def test_pick_place_over_mqtt_then_estop_mid_task_freezes_and_resume_finishes(
+        tmp_path: Path, broker: Mosquitto, operator: Probe) -> None:
+    """A separate MQTT client runs a task; an e-stop mid-task freezes it; nothing moves after
+    the reset until `resume`, which finishes the task."""
+    d = DaemonProc(tmp_path, broker).start()
+    try:
+        d.wait_ready()
+        wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
+        operator.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-1"}))
+        reply = _payload(operator.expect("edge/dev1/reply/task.start", timeout=30))
+        assert reply["ok"] is True, reply
+        done = _payload(operator.expect(lambda m: m.topic == "edge/dev1/event"
+                                        and _payload(m).get("type") == "task_done", timeout=90))
+        assert done["task_id"] == "job-1" and done["outcome"] == "success", done
+
+        # second task: press the button while it moves
+        operator.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-2"}))
+        assert _payload(operator.expect("edge/dev1/reply/task.start", timeout=30))["ok"]
+        wait_until(lambda: d.socket_cmd("status")["result"]["state"] in ("lift", "transfer"),
+                   60, "the arm carrying the part")
+        assert d.rig({"cmd": "inject", "target": "estop", "mode": "press"})["ok"]
+        wait_until(lambda: d.socket_cmd("status")["result"]["mode"] == "estop", 30, "estop")
+        assert d.rig({"cmd": "inject", "target": "estop", "mode": "release"})["ok"]
+        wait_until(lambda: not d.socket_cmd("status")["result"]["stop"]["hardware_input"],
+                   30, "released")
+        wait_until(lambda: d.socket_cmd("reset")["ok"], 30, "reset accepted")
+        st = d.socket_cmd("status")["result"]
+        assert st["mode"] == "holding", st  # the task is saved; nothing moves
+        t_reset = d.rig({"cmd": "ping"})["t"]
+        # hold still: no POSITION setpoint reaches the robot after the reset without a command
+        wait_until(lambda: d.rig({"cmd": "ping"})["t"] > t_reset + 0.5, 10, "half a second")
+        moved = d.rig({"cmd": "record", "type": "COMMAND", "since": t_reset,
+                       "where": {"mode": "POSITION"}})
+        assert moved["ok"] and moved["frames"] == [], moved["frames"][:3]
+
+        r = d.socket_cmd("resume", {"task_id": "job-2"})
+        assert r["ok"], r
+        done = _payload(operator.expect(lambda m: m.topic == "edge/dev1/event"
+                                        and _payload(m).get("type") == "task_done", timeout=90))
+        assert done["task_id"] == "job-2" and done["outcome"] == "success", done
+    finally:
+        d.stop()

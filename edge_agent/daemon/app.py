@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -31,9 +32,11 @@ from edge_agent.daemon.procstart import ms_since_start, process_start_monotonic
 from edge_agent.daemon.publisher import Publisher
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
+from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause, StopLatch
 from edge_agent.executor.loop import RateLoop
-from edge_agent.link.codec import Command, Mode, Stop, StopCategory, StopReason
+from edge_agent.executor.tasks import ExecutorConfig
+from edge_agent.link.codec import Command, Enable, Mode, Stop, StopCategory, StopReason
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.snapshot import SnapshotStore
@@ -46,6 +49,23 @@ _STOP_REASON = {
     StopCause.GUARDIAN_LOST: StopReason.LINK_FAULT, StopCause.DEADMAN: StopReason.DEADMAN,
     StopCause.COLLISION: StopReason.COLLISION,
 }
+
+
+_PERSISTED_EVENTS = frozenset({"task_done", "attempt_failed", "diagnostic", "task_started",
+                               "task_frozen", "task_resumed", "mode_changed"})
+
+
+def executor_config(cfg: Config) -> ExecutorConfig:
+    """The executor's numbers from the config file (the rest keep their defaults)."""
+    e = cfg.executor
+    return ExecutorConfig(
+        tool_tolerance_m=e.tool_tolerance_m, grip_force_n=e.grip_force_n,
+        grip_force_band_n=e.grip_force_band_n, max_attempts=e.max_attempts,
+        l3_threshold=e.l3_threshold, collision_current_factor=e.collision_current_factor,
+        decision_hz=cfg.control.decision_hz, diagnostic_window_s=e.diagnostic_capture_s,
+        manual_speed_fraction=e.jog_speed_scale,
+        l1_timeouts_s={k: float(getattr(e.l1_timeouts_s, k)) for k in (
+            "approach", "grasp", "lift", "transfer", "release", "retreat")})
 
 
 class Daemon:
@@ -70,6 +90,11 @@ class Daemon:
                               dedup_store=None,  # set in start(): the state dir must exist
                               reset_min_interval_s=config.executor.reset_min_interval_s,
                               failure_injection=config.debug.failure_injection)
+        self.executor = Executor(config.robot, self.latch, config=executor_config(config))
+        # tick and commands one at a time (~0.1 ms a tick); re-entrant: a latch change inside a
+        # command or a tick calls back into save_snapshot on the same thread
+        self.exec_lock = threading.RLock()
+        self._exec_events: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.rig: SimRig | None = None
         self.guardian: GuardianClient | None = None
         self.loop: RateLoop | None = None
@@ -84,10 +109,7 @@ class Daemon:
 
     # -- modes -----------------------------------------------------------------------------
     def mode(self) -> str:
-        st = self.latch.state
-        if st.kind is not None:
-            return "estop" if st.kind.value == "estop" else "protective_stop"
-        return "idle"
+        return self.executor.mode
 
     # -- start-up --------------------------------------------------------------------------
     def start(self) -> None:
@@ -104,6 +126,7 @@ class Daemon:
         self.latch.restore(restored.data.get("latch", {}), now)
         if restored.unclean:
             self.latch.trip(StopCause.UNCLEAN_RESTART, now)
+        self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
         self.writer.start()
         port = cfg.link.port
         if self.sim:
@@ -136,6 +159,15 @@ class Daemon:
         if not self.eager:
             threading.Thread(target=self._background_work, name="startup-bg",
                              daemon=True).start()
+        # -- lifecycle helper: rest calibration (daemon/calibrator.py), after READY on both paths
+        threading.Thread(target=self._calibrate, name="calibration", daemon=True).start()
+
+    def _calibrate(self) -> None:
+        from edge_agent.daemon.calibrator import calibrate_daemon
+
+        self._background_done.wait(60.0)  # after the estimators: one heavy thing at a time
+        calibrate_daemon(self)
+    # -- end lifecycle helper
 
     def _ready(self, restored: persist.Restored) -> None:
         self.startup_ms = round(ms_since_start(), 1)
@@ -172,10 +204,24 @@ class Daemon:
         g = self.guardian
         if g is None:
             return
+        snap = self.hub.snapshot(now)
+        with self.exec_lock:
+            cmd = self.executor.tick(now, snap)
+            events = self.executor.drain_events()
+        if events:
+            self._exec_events.extend(events)  # published by the main thread, not here
         try:
-            g.send(self._hold)
+            g.send(cmd)
         except LinkError:
             self._send_errors += 1
+
+    def enable_drives(self) -> None:
+        """Before new motion: the guardian passes no motion after a reset until an ENABLE."""
+        if self.guardian is not None:
+            try:
+                self.guardian.send(Enable(True))
+            except LinkError:
+                self._send_errors += 1
 
     # -- callbacks -------------------------------------------------------------------------
     def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
@@ -211,7 +257,10 @@ class Daemon:
 
     def save_snapshot(self, on_done: Callable[[BaseException | None], None] | None = None
                       ) -> bool:
-        data = {"latch": self.latch.to_dict(), "boot_id": self.boot_id, "saved_wall": time.time()}
+        with self.exec_lock:
+            ex = self.executor.to_snapshot()
+        data = {"latch": self.latch.to_dict(), "executor": ex, "boot_id": self.boot_id,
+                "saved_wall": time.time()}
         return self.writer.submit_snapshot(self.snapshots, data, on_done)
 
     def estop(self, cause: StopCause) -> None:
@@ -272,6 +321,16 @@ class Daemon:
     def _housekeeping(self, now: float) -> None:
         if self.healthy(now):
             self.notifier.watchdog()
+        if self._exec_events:
+            persist_now = False
+            while self._exec_events:
+                ev = self._exec_events.popleft()
+                if ev.get("type") in _PERSISTED_EVENTS:
+                    persist_now = True
+                self.publisher.event(ev)
+            self.publisher.state_changed()
+            if persist_now:
+                self.save_snapshot()
         self.publisher.tick(now)
 
     def stop(self) -> None:

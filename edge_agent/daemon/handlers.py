@@ -9,17 +9,20 @@ from __future__ import annotations
 import json
 import socket
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
 from edge_agent.executor.latch import ResetRefused, StopCause
+from edge_agent.executor.records import CommandResult
 from edge_agent.link.codec import StopReason
 
 if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon
 
 RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
+TASK_WAIT_S = 3.0
 
 
 def register_handlers(d: Daemon) -> None:
@@ -38,8 +41,8 @@ def register_handlers(d: Daemon) -> None:
         return {"latched": True, "kind": "estop", "persisted": persisted}
 
     def reset(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if not d.latch.latched:
-            return {"reset": False, "note": "nothing to reset", "mode": d.mode()}
+        if not d.latch.latched:  # diagnostic → idle, or a no-op
+            return _run(lambda now: d.executor.reset(now))
         try:
             d.latch.check_reset()
         except ResetRefused as exc:
@@ -58,13 +61,60 @@ def register_handlers(d: Daemon) -> None:
                 why = ("the hardware e-stop input is active" if answer.estop_input
                        else "the link guardian refused: the serial link is down")
                 raise CommandRefused(code, f"reset refused by the link guardian: {why}")
-        try:
-            d.latch.reset(time.monotonic())
-        except ResetRefused as exc:
-            raise CommandRefused(ErrorCode(exc.code), exc.message) from exc
-        # A reset only permits motion: nothing moves until a new command (the control loop
-        # keeps holding; the guardian needs a fresh ENABLE before any motion passes).
-        return {"reset": True, "mode": d.mode()}
+        # A reset only permits motion: nothing moves until a new command (the executor drops
+        # every setpoint on the latch's new generation; the guardian wants a fresh ENABLE).
+        out = _run(lambda now: d.executor.reset(now))
+        return {"reset": True, **out}
+
+    def _run(fn: Callable[[float], CommandResult], *, enable: bool = False) -> dict[str, Any]:
+        with d.exec_lock:
+            res = fn(time.monotonic())
+            if res.ok and enable:
+                d.enable_drives()  # before the next tick's first setpoint
+        d.publisher.state_changed()
+        if not res.ok:
+            try:
+                code = ErrorCode(res.code or "refused")
+            except ValueError:
+                code = ErrorCode.REFUSED
+            raise CommandRefused(code, res.message)
+        out = dict(res.result)
+        if res.message:
+            out["note"] = res.message
+        out.setdefault("mode", d.executor.mode)
+        return out
+
+    def task_start(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        params = args.get("params") or {}
+        # Just after start-up (or a link recovery) the first measurement may be a few ticks
+        # away (and the camera's first object pose): a task that arrives then waits for them
+        # (bounded) instead of being refused.
+        deadline = time.monotonic() + TASK_WAIT_S
+        def ready() -> bool:
+            ex = d.executor
+            return ex.has_measurement and ("object" in params or ex.object_estimate is not None)
+
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        task_id = f"{ctx.id}"
+        return _run(lambda now: d.executor.start_task(
+            now, task_id, args.get("task", "pick_place"), params.get("object"),
+            params.get("place")), enable=True)
+
+    def task_cancel(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return _run(lambda now: d.executor.cancel(now))
+
+    def resume(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return _run(lambda now: d.executor.resume(now, args.get("task_id")), enable=True)
+
+    def manual_enter(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return _run(lambda now: d.executor.manual_enter(now), enable=True)
+
+    def manual_jog(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return _run(lambda now: d.executor.manual_jog(now, args["dq"], int(args["ttl_ms"])))
+
+    def manual_exit(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return _run(lambda now: d.executor.manual_exit(now))
 
     def failure_inject(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         target = str(args.get("target", ""))
@@ -86,6 +136,12 @@ def register_handlers(d: Daemon) -> None:
     api.register("estop", estop)
     api.register("reset", reset)
     api.register("failure.inject", failure_inject)
+    api.register("task.start", task_start)
+    api.register("task.cancel", task_cancel)
+    api.register("resume", resume)
+    api.register("manual.enter", manual_enter)
+    api.register("manual.jog", manual_jog)
+    api.register("manual.exit", manual_exit)
 
 
 def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
@@ -113,6 +169,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "device": d.cfg.device.id, "version": __version__, "boot_id": d.boot_id,
         "uptime_s": round(now - d.started_mono, 3), "startup_ms": d.startup_ms,
         "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
+        "executor": d.executor.status(),
         "link": d.mirror.summary(), "loop": d.loop.stats.as_dict() if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),

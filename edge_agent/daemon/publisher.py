@@ -84,9 +84,14 @@ class Publisher:
     def build_state(self) -> dict[str, Any]:
         d = self.d
         st = d.latch.state
-        out: dict[str, Any] = {"mode": d.mode(), "state": d.mode(), "degraded": list(d.degraded),
+        ex = d.executor
+        out: dict[str, Any] = {"mode": ex.mode, "state": ex.state.value,
+                               "degraded": list(d.degraded),
                                "homed": bool(d.mirror.last_status is not None),
                                "link_up": d.mirror.link_up}
+        task = ex.task
+        if task is not None:
+            out["task"] = task
         if st.kind is not None:
             out["stop"] = {"kind": st.kind.value,
                            "cause": st.first_cause.value if st.first_cause else None,

@@ -1,0 +1,142 @@
+"""Runs the rest calibration in the daemon (background, after READY) and applies what it may.
+
+    result = calibrate_daemon(daemon)   # in the start-up background thread; blocks ~2 s
+
+For `window_s` it samples the raw STATUS stream (the link mirror's last frame, polled every
+2 ms) and the camera's object pose, and interleaves PING frames through the link guardian,
+timing each PONG by the link reader's arrival stamp; then `calibration.RestCalibrator` does the
+estimation. The wrist-force offset is applied at once (`SensorHub.set_calibration`); the object
+pose offset too when a reference pose was given; joint encoder offsets are published only (see
+calibration.py). The result lands in `daemon.background["calibration"]` (so in `status`) and in
+a `calibration_ready` event (`calibration_failed` when the link never came up).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from edge_agent.daemon.calibration import CalibrationLimits, CalibrationResult, RestCalibrator
+from edge_agent.errors import LinkError
+from edge_agent.link.codec import Message, Ping
+from edge_agent.robot import RobotDescription
+
+if TYPE_CHECKING:
+    from edge_agent.daemon.app import Daemon
+    from edge_agent.daemon.linkmirror import LinkMirror
+    from edge_agent.sensors.hub import SensorHub
+
+_log = structlog.get_logger(__name__)
+DEFAULT_APPLY = ("wrist_force",)
+POLL_S = 0.002
+
+
+def run_calibration(mirror: LinkMirror, send: Callable[[Message], None], hub: SensorHub,
+                    robot: RobotDescription, *, window_s: float = 2.0, exchanges: int = 20,
+                    link_timeout_s: float = 30.0,
+                    object_reference: Sequence[float] | None = None,
+                    should_stop: Callable[[], bool] = lambda: False,
+                    limits: CalibrationLimits | None = None) -> CalibrationResult | None:
+    """Collect one window and estimate; None when no STATUS came within `link_timeout_s` or
+    `should_stop()` turned true."""
+    mono, sleep = time.monotonic, time.sleep
+    give_up = mono() + link_timeout_s
+    while mirror.last_status is None:
+        if should_stop() or mono() > give_up:
+            return None
+        sleep(0.05)
+    cal = RestCalibrator(robot, limits)
+    start = mono()
+    end = start + window_s
+    every = window_s / (exchanges + 1)
+    next_ping, sent, loops = start + every / 2, 0, 0
+    waiting: set[int] = set()
+    while True:
+        now = mono()
+        if should_stop():
+            return None
+        st = mirror.last_status
+        if st is not None:
+            cal.add_status(st)
+        if loops % 5 == 0:  # the camera is 30 Hz: every 10 ms is plenty
+            pose = hub.snapshot(now).object_pose
+            if pose is not None:
+                cal.add_object_pose(pose.value, pose.t_fw)
+        loops += 1
+        if now >= next_ping and sent < exchanges:
+            sent += 1
+            next_ping += every
+            t_send = int(mono() * 1e6)
+            while t_send in waiting:
+                t_send += 1
+            try:
+                send(Ping(t_send))
+                waiting.add(t_send)
+            except LinkError:
+                pass
+        for t_send in list(waiting):
+            got = mirror.wait_pong(t_send, 0.0)
+            if got is not None:
+                pong, t_recv = got
+                cal.add_exchange(t_send, pong.fw_time_us, int(t_recv * 1e6))
+                waiting.discard(t_send)
+        if now >= end and (not waiting or now >= end + 0.5):
+            break
+        sleep(POLL_S)
+    return cal.result(object_reference=object_reference)
+
+
+def calibrate_daemon(d: Daemon, *, object_reference: Sequence[float] | None = None,
+                     apply: Sequence[str] | None = None, window_s: float = 2.0
+                     ) -> CalibrationResult | None:
+    """Calibrate the running daemon, apply, publish (status + event). Never raises."""
+    t0 = time.monotonic()
+
+    def send(msg: Message) -> None:
+        g = d.guardian
+        if g is None:
+            raise LinkError("no link guardian")
+        g.send(msg)
+
+    try:
+        res = run_calibration(d.mirror, send, d.hub, d.cfg.robot, window_s=window_s,
+                              object_reference=object_reference,
+                              should_stop=d._stop_event.is_set)
+    except Exception as exc:
+        _log.exception("calibration_failed")
+        res, why = None, f"error: {exc}"
+    else:
+        why = "no STATUS from the robot (link down)"
+    ms = round((time.monotonic() - t0) * 1e3, 1)
+    if res is None:
+        d.background["calibration"] = {"ok": False, "reason": why, "ms": ms}
+        d.publisher.event({"type": "calibration_failed", "reason": why})
+        return None
+    channels = tuple(apply) if apply is not None else (
+        DEFAULT_APPLY + (("object_pose",) if object_reference is not None else ()))
+    offsets = res.offsets(channels)
+    try:
+        if offsets:
+            d.hub.set_calibration(offsets)
+    except ValueError as exc:  # a channel the robot description lacks
+        _log.error("calibration_not_applied", error=str(exc))
+        offsets = {}
+    summary: dict[str, Any] = {"ok": True, "ms": ms, "applied": sorted(offsets), **res.as_dict()}
+    d.background["calibration"] = summary
+    d.publisher.event({"type": "calibration_ready", **_event_fields(res, sorted(offsets), ms)})
+    return res
+
+
+def _event_fields(res: CalibrationResult, applied: list[str], ms: float) -> dict[str, Any]:
+    c = res.clock
+    return {"ms": ms, "applied": applied, "at_rest": res.at_rest,
+            "wrist_force_offset_n": res.wrist_force.value[0] if res.wrist_force.value else None,
+            "joint_encoder_offsets_rad": (None if res.joint_encoders.value is None else
+                                          [round(v, 6) for v in res.joint_encoders.value]),
+            "clock_offset_us": None if c is None else round(c.offset_us, 1),
+            "clock_bound_us": None if c is None else round(c.bound_us, 1),
+            "rtt_min_ms": None if c is None else round(c.rtt_min_us / 1e3, 4),
+            "rtt_median_ms": None if c is None else round(c.rtt_median_us / 1e3, 4)}

@@ -1,0 +1,153 @@
+"""Watchers the executor runs every tick: joint-current collision detection, the sensor ring buffer.
+
+`CollisionMonitor`: a joint collides when its current stays above `factor` × its expected current,
+or at its description's `current_max_a`, for `persist_s`. The expected current is learned
+online (a slow low-pass of |current| — gravity and friction change slowly with the pose), never
+below `floor_fraction` × current_max_a, and frozen while the joint is over the threshold, so a
+pushing contact cannot raise its own bar. `SensorRing`: the last N seconds of measurements at a
+low rate, for the fault record of `diagnostic`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from edge_agent.executor.controllers import Measured
+from edge_agent.robot import RobotDescription
+
+
+class CollisionMonitor:
+    """Current-threshold collision detection, pure (`update` takes now and dt)."""
+
+    def __init__(self, robot: RobotDescription, factor: float = 1.5,
+                 floor_fraction: float = 0.3, tau_s: float = 0.5, persist_s: float = 0.02,
+                 max_fraction: float = 0.98) -> None:
+        self.factor = factor
+        self.tau_s = max(tau_s, 1e-6)
+        self.persist_s = persist_s
+        self.imax = tuple(j.current_max_a for j in robot.joints)
+        self.hard = tuple(max_fraction * i for i in self.imax)
+        self.floor = tuple(floor_fraction * i for i in self.imax)
+        self.baseline = list(self.floor)
+        self._since: list[float | None] = [None] * len(self.imax)
+        self.last_trip: dict[str, Any] | None = None
+
+    def reset(self) -> None:
+        """Forget the learned baseline (after the drives were off)."""
+        self.baseline = list(self.floor)
+        self._since = [None] * len(self.imax)
+
+    def update(self, now: float, current: Sequence[float], dt: float) -> int | None:
+        """Feed one tick of joint currents; the index of a colliding joint, or None."""
+        k = min(1.0, dt / self.tau_s) if dt > 0 else 0.0
+        hit: int | None = None
+        for i, c in enumerate(current):
+            a = abs(c)
+            if a != a:  # NaN: no reading this tick, nothing learned
+                continue
+            base = self.baseline[i]
+            expected = base if base > self.floor[i] else self.floor[i]
+            if a > self.factor * expected or a >= self.hard[i]:
+                since = self._since[i]
+                if since is None:
+                    self._since[i] = since = now
+                if now - since >= self.persist_s and hit is None:
+                    hit = i
+                    self.last_trip = {"joint": i, "current_a": round(c, 3),
+                                      "expected_a": round(expected, 3),
+                                      "limit_a": self.imax[i]}
+            else:
+                self._since[i] = None
+                self.baseline[i] = base + (a - base) * k
+        return hit
+
+
+class SensorRing:
+    """The last `window_s` seconds of measurements, sampled at `sample_hz`."""
+
+    def __init__(self, window_s: float = 5.0, sample_hz: float = 50.0) -> None:
+        self.period = 1.0 / sample_hz
+        self.window_s = window_s
+        self._buf: deque[tuple[float, Measured]] = deque(maxlen=max(2, int(window_s * sample_hz)))
+        self._last = -math.inf
+
+    def add(self, now: float, m: Measured) -> None:
+        if now - self._last >= self.period:
+            self._buf.append((now, m))
+            self._last = now
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def samples(self) -> list[dict[str, Any]]:
+        """Every kept sample as plain data (for a fault report's attachment)."""
+        return [{"t": round(t, 4), "q": [round(v, 5) for v in m.q],
+                 "current": [round(v, 3) for v in m.current],
+                 "gripper_pos": round(m.gripper_pos, 5),
+                 "gripper_force": round(m.gripper_force, 3)} for t, m in self._buf]
+
+    def summary(self) -> dict[str, Any]:
+        """Min / max / last per channel over the window."""
+        if not self._buf:
+            return {"samples": 0}
+        ms = [m for _, m in self._buf]
+        n = len(ms[0].q)
+
+        def stats(values: list[float]) -> dict[str, float]:
+            return {"min": round(min(values), 4), "max": round(max(values), 4),
+                    "last": round(values[-1], 4)}
+
+        return {
+            "samples": len(ms),
+            "from_t": round(self._buf[0][0], 4),
+            "to_t": round(self._buf[-1][0], 4),
+            "q_rad": [stats([m.q[i] for m in ms]) for i in range(n)],
+            "current_a": [stats([m.current[i] for m in ms]) for i in range(n)],
+            "gripper_pos_m": stats([m.gripper_pos for m in ms]),
+            "gripper_force_n": stats([m.gripper_force for m in ms]),
+        }
+
+
+class ObjectEstimate:
+    """Mean of the last distinct camera samples of the object pose; restarts when it moves."""
+
+    def __init__(self, max_samples: int = 30, jump_m: float = 0.02) -> None:
+        self.jump_m = jump_m
+        self._buf: deque[tuple[float, float, float]] = deque(maxlen=max_samples)
+        self._last_t: float | None = None
+        self._sum = [0.0, 0.0, 0.0]
+
+    def add(self, pose: Sequence[float], sample_t: float) -> None:
+        """One camera sample and its (firmware) sample time; repeats of a sample are ignored."""
+        if len(pose) < 3 or sample_t == self._last_t:
+            return  # the same sample again (the camera is slower than the loop)
+        p = (float(pose[0]), float(pose[1]), float(pose[2]))
+        if not all(math.isfinite(v) for v in p):
+            return
+        self._last_t = sample_t
+        mean = self.estimate()
+        if mean is not None and math.dist(mean, p) > self.jump_m:
+            self.clear()  # the object moved (or was carried): start over
+        buf = self._buf
+        if len(buf) == buf.maxlen:
+            old = buf[0]
+            self._sum = [s - o for s, o in zip(self._sum, old, strict=True)]
+        buf.append(p)
+        self._sum = [s + v for s, v in zip(self._sum, p, strict=True)]
+
+    def clear(self) -> None:
+        self._buf.clear()
+        self._sum = [0.0, 0.0, 0.0]
+
+    @property
+    def samples(self) -> int:
+        return len(self._buf)
+
+    def estimate(self) -> tuple[float, float, float] | None:
+        n = len(self._buf)
+        if n == 0:
+            return None
+        return (self._sum[0] / n, self._sum[1] / n, self._sum[2] / n)

@@ -1,0 +1,141 @@
+"""Value types of the executor: task outcomes, command results, the running task and attempt.
+
+Outcomes follow pyrobosim's style (an enum plus a human message); refusal codes are the strings
+of `commands.codes.ErrorCode` (the executor sits below the command layer and does not import it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from edge_agent.executor.tasks import Alternative, State, TaskSpec
+
+Vec3 = tuple[float, float, float]
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    FAILED = "failed"  # attempt budget spent, precondition failed, diagnostic, part lost
+    ABORTED = "aborted"  # cancelled by an operator, aborted by the policy, superseded
+
+
+class Refusal(StrEnum):
+    """Why a command was refused (values equal commands.codes.ErrorCode's)."""
+
+    BUSY = "busy"
+    NOT_ADMITTED = "not_admitted"
+    ESTOP_ACTIVE = "estop_active"
+    CAUSE_PRESENT = "cause_present"
+    NOTHING_TO_RESUME = "nothing_to_resume"
+    OUT_OF_WORKSPACE = "out_of_workspace"
+    UNREACHABLE = "unreachable"
+    BAD_ARGS = "bad_args"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """The executor's answer to a command: ok with a result, or a refusal code and message."""
+
+    ok: bool
+    code: str | None = None
+    message: str = ""
+    result: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def accept(cls, message: str = "", **result: Any) -> CommandResult:
+        return cls(True, None, message, result)
+
+    @classmethod
+    def refuse(cls, code: Refusal, message: str) -> CommandResult:
+        return cls(False, code.value, message)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    outcome: Outcome
+    message: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass
+class TaskRun:
+    """The running task, or the one frozen by a stop (saved for `resume`)."""
+
+    task_id: str
+    spec: TaskSpec
+    object_xyz: Vec3
+    place_xyz: Vec3
+    started_at: float
+    state: State | None = None  # the motion state it is in (or was in when frozen)
+    attempts: int = 0  # all attempts, every sub-goal
+    failures: list[str] = field(default_factory=list)
+    grip_limit_a: float | None = None  # the finger current limit of the grip that holds the part
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "task": self.spec.name,
+                "object": list(self.object_xyz), "place": list(self.place_xyz),
+                "state": self.state.value if self.state else None, "attempts": self.attempts,
+                "failures": list(self.failures), "grip_limit_a": self.grip_limit_a}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], tasks: Mapping[str, TaskSpec],
+                  now: float) -> TaskRun | None:
+        """Rebuild a saved task; None when anything is missing or out of place."""
+        try:
+            spec = tasks[str(data["task"])]
+            obj = vec3(data["object"])
+            place = vec3(data["place"])
+            state = State(data["state"])
+            if not spec.has(state):
+                return None
+            grip = data.get("grip_limit_a")
+            return cls(str(data["task_id"]), spec, obj, place, now, state,
+                       int(data.get("attempts", 0)), [str(f) for f in data.get("failures", [])],
+                       float(grip) if grip is not None else None)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def vec3(v: Any) -> Vec3:
+    """[x, y, z] as three finite floats (ValueError / TypeError otherwise)."""
+    if len(v) != 3:
+        raise ValueError(f"expected [x, y, z], got {list(v)}")
+    x, y, z = (float(a) for a in v)
+    if not all(math.isfinite(a) for a in (x, y, z)):
+        raise ValueError(f"not finite: {list(v)}")
+    return (x, y, z)
+
+
+@dataclass
+class Attempt:
+    """One attempt at one state's sub-goal."""
+
+    state: State
+    number: int
+    started: float
+    timeout_s: float
+    alternative: Alternative | None = None
+    in_band_since: float | None = None  # grip force inside the band since
+    low_force_since: float | None = None  # carrying: grip force below part_lost since
+
+
+@dataclass
+class Counters:
+    ticks: int = 0
+    decisions: int = 0
+    advance_refused: int = 0
+    inference_failures: int = 0
+    policy_retries: int = 0
+    policy_aborts: int = 0
+    attempts_failed: int = 0
+    collisions: int = 0
+    jog_lost: int = 0
+    no_measurement: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)

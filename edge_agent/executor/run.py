@@ -1,0 +1,383 @@
+"""Running a task: attempts, the state's controller, guards, policy decisions and L1/L2/L3 faults.
+
+`TaskRunner` is the part of the `Executor` that drives a motion state: it starts an attempt
+(plans the tool path, builds the one controller the state runs, applies the L2 alternative),
+steps it every tick, asks the policy at the decision rate, checks the L1 timeout, and hands a
+failed attempt to the `FaultPolicy` (retry with an alternative, task failed, or diagnostic).
+The `Executor` (executor.py) adds the stop model, the commands and persistence on top.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from edge_agent.executor.controllers import (
+    GripController,
+    Measured,
+    PathController,
+    PathTuning,
+    SegmentKind,
+    Vec3,
+    plan_path,
+)
+from edge_agent.executor.faults import (
+    FaultPolicy,
+    Verdict,
+    gain_scale,
+    gripper_current_limit,
+)
+from edge_agent.executor.kinematics import ArmKinematics, IKFailure
+from edge_agent.executor.machine import TaskMachine, Trigger
+from edge_agent.executor.monitor import SensorRing
+from edge_agent.executor.policy import OBS_DIM, POLICY_STATES, Action, Observation, Policy
+from edge_agent.executor.records import Attempt, Counters, Outcome, TaskRun
+from edge_agent.executor.tasks import (
+    Alternative,
+    ControllerKind,
+    ExecutorConfig,
+    FailureKind,
+    GripperAction,
+    PathKind,
+    State,
+    StateSpec,
+    SubGoal,
+)
+from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.robot import RobotDescription
+
+Event = dict[str, Any]
+SETTLED_RAD_S = 0.05  # joints slower than this count as settled at a target
+PART_LOST_AFTER_S = 0.05
+
+
+class TaskRunner:
+    """Attempts, controllers and fault handling of the running task (see module doc)."""
+
+    def __init__(self, robot: RobotDescription, policy: Policy, config: ExecutorConfig,
+                 decision_sink: Callable[[Event], None] | None) -> None:
+        self.robot = robot
+        self.kin = ArmKinematics.of(robot)
+        self.cfg = config
+        self.policy = policy
+        self.decision_sink = decision_sink
+        self.faults = FaultPolicy(config.max_attempts, config.l3_threshold)
+        self.counters = Counters()
+        self._fsm = TaskMachine(self)
+        self._ring = SensorRing(config.diagnostic_window_s, config.diagnostic_sample_hz)
+        self._events: list[Event] = []
+        self._tuning = PathTuning(speed_fraction=config.speed_fraction,
+                                  waypoint_tolerance_m=config.waypoint_tolerance_m)
+        g = robot.gripper
+        self._open_cmd = (GripperMode.POSITION, g.stroke_max_m, g.current_nominal_a)
+        self._open_min = g.stroke_max_m - config.gripper_open_margin_m
+        self._decision_period = 1.0 / config.decision_hz
+        self._run: TaskRun | None = None
+        self._saved = False  # _run is frozen by a stop and may be resumed
+        self._spec: StateSpec | None = None
+        self._attempt: Attempt | None = None
+        self._path: PathController | None = None
+        self._grip: GripController | None = None
+        self._next_decision = 0.0
+        self._prev_obs = (0.0, 0.0, 0.0)  # t, gripper opening, grip force at the last decision
+        self._now = 0.0
+        self._last: Measured | None = None
+        self._diagnostic = False
+        self._predicted = False  # joint positions are Kalman-predicted (set per tick)
+        self.fault_record: dict[str, Any] | None = None
+
+    # -- events --------------------------------------------------------------------------
+    def _emit(self, type_: str, **fields: Any) -> None:
+        self._events.append({"type": type_, "t": round(self._now, 6), **fields})
+
+    def drain_events(self) -> list[Event]:
+        """Events since the last call, oldest first (task_done, attempt_failed, ...)."""
+        out, self._events = self._events, []
+        return out
+
+    # -- guards (called by the machine) --------------------------------------------------
+    def subgoal_met(self) -> bool:
+        m, spec, att, p = self._last, self._spec, self._attempt, self._path
+        if m is None or spec is None or att is None:
+            return False
+        sg = spec.sub_goal
+        if sg is SubGoal.GRIP_IN_BAND:
+            return (att.in_band_since is not None
+                    and self._now - att.in_band_since >= self.cfg.grip_dwell_s)
+        if sg is SubGoal.GRIPPER_OPENED:
+            return m.gripper_pos >= self._open_min and m.gripper_force <= self.cfg.released_force_n
+        if p is None or not p.at_last_point or m.joint_speed > SETTLED_RAD_S:
+            return False
+        if p.goal_error(m) > self.cfg.tool_tolerance_m:
+            return False
+        if sg is SubGoal.TOOL_AT_TARGET:
+            return m.gripper_pos >= self._open_min
+        if sg is SubGoal.CARRY_AT_TARGET:
+            return m.gripper_force >= self.cfg.part_lost_force_n
+        return True
+
+    def has_saved_task(self) -> bool:
+        return self._run is not None and self._saved
+
+    def precondition_holds(self) -> bool:
+        run, m = self._run, self._last
+        if run is None or run.state is None or m is None:
+            return False
+        spec = run.spec.spec(run.state)
+        if spec.gripper is GripperAction.GRIP and spec.state is not State.GRASP:
+            return m.gripper_force >= self.cfg.part_lost_force_n
+        return True
+
+    def was_diagnostic(self) -> bool:
+        return self._diagnostic
+
+    # -- attempts ------------------------------------------------------------------------
+    def _waypoints(self, kind: PathKind) -> list[tuple[SegmentKind, Vec3]]:
+        run = self._run
+        assert run is not None
+        o, p, c = run.object_xyz, run.place_xyz, self.cfg
+        up = (o[0], o[1], o[2] + c.lift_height_m)
+        place = (p[0], p[1], p[2] - c.place_press_m)
+        above_place = (p[0], p[1], p[2] + c.lift_height_m)
+        if kind is PathKind.TO_GRASP:
+            return [(SegmentKind.FREE, (o[0], o[1], o[2] + c.approach_clearance_m)),
+                    (SegmentKind.LINEAR, o)]
+        if kind is PathKind.LIFT:
+            return [(SegmentKind.LINEAR, up)]
+        if kind is PathKind.TO_PLACE:
+            return [(SegmentKind.FREE, above_place), (SegmentKind.LINEAR, place)]
+        return [(SegmentKind.LINEAR, (p[0], p[1], p[2] + c.retreat_height_m))]
+
+    def task_points(self, run: TaskRun) -> list[Vec3]:
+        """Every point the task's paths pass through (validated before a task starts)."""
+        saved, self._run = self._run, run
+        try:
+            return [pt for s in run.spec.states if s.path is not PathKind.NONE
+                    for _, pt in self._waypoints(s.path)]
+        finally:
+            self._run = saved
+
+    def _begin_attempt(self, now: float, m: Measured, alt: Alternative | None) -> Command:
+        run = self._run
+        assert run is not None
+        st = self._fsm.state
+        spec = run.spec.spec(st)
+        self._spec = spec
+        att = Attempt(st, self.faults.attempt, now, self.cfg.timeout(st, spec.timeout_s), alt)
+        self._attempt = att
+        run.state = st
+        run.attempts = max(run.attempts, self.faults.total_attempts)
+        self._prev_obs = (now, m.gripper_pos, m.gripper_force)
+        self._path = None
+        if spec.controller is ControllerKind.JOINT_POSITION:
+            plan = plan_path(self.kin, m.q, m.tool_xyz, self._waypoints(spec.path),
+                             self.cfg.path_step_m)
+            if isinstance(plan, IKFailure):
+                return self._fail(now, m, FailureKind.NOT_CONVERGED, plan.message)
+            self._path = PathController(self.robot, plan, self._tuning, gain_scale(alt))
+            self._path.start(m.q)
+        if spec.controller is ControllerKind.GRIPPER_FORCE:
+            g = self.robot.gripper
+            limit = gripper_current_limit(alt, g.current_nominal_a, g.current_max_a)
+            retry = self._grip is not None
+            self._grip = GripController(self.robot, self.cfg.grip_force_n, limit)
+            if retry and m.gripper_force >= self._grip.tuning.contact_force_n:
+                # Close again from the force held now, not from the bare target: lowering the
+                # setpoint first would loosen the grip the retry is meant to strengthen.
+                self._grip.start_bumpless(m.gripper_current, m.gripper_force)
+            run.grip_limit_a = limit
+        elif spec.gripper is GripperAction.OPEN:
+            self._grip = None
+            run.grip_limit_a = None
+        self._emit("attempt_started", task_id=run.task_id, state=st.value, attempt=att.number,
+                   alternative=alt.name if alt else None)
+        return self._compose(spec, m, 0.0)
+
+    def _compose(self, spec: StateSpec, m: Measured, dt: float) -> Command:
+        if self._path is not None:
+            mode, q = Mode.POSITION, self._path.update(m, dt)
+        else:
+            mode, q = Mode.HOLD, m.q
+        if spec.gripper is GripperAction.OPEN:
+            return Command(mode, q, *self._open_cmd)
+        if self._grip is not None:
+            return Command(mode, q, GripperMode.FORCE, self._grip.update(m.gripper_force, dt),
+                           self._grip.current_limit_a)
+        return Command(mode, q, GripperMode.HOLD, 0.0, 0.0)
+
+    def _motion_tick(self, now: float, m: Measured, dt: float) -> Command:
+        spec, att = self._spec, self._attempt
+        assert spec is not None and att is not None
+        cmd = self._compose(spec, m, dt)
+        f = m.gripper_force
+        if spec.sub_goal is SubGoal.GRIP_IN_BAND:
+            if abs(f - self.cfg.grip_force_n) <= self.cfg.grip_force_band_n:
+                att.in_band_since = att.in_band_since if att.in_band_since is not None else now
+            else:
+                att.in_band_since = None
+        elif spec.gripper is GripperAction.GRIP:
+            if not f >= self.cfg.part_lost_force_n:
+                if att.low_force_since is None:
+                    att.low_force_since = now
+                elif now - att.low_force_since >= PART_LOST_AFTER_S:
+                    return self._fail(now, m, FailureKind.PART_LOST,
+                                      f"grip force {f:.2f} N while carrying")
+            else:
+                att.low_force_since = None
+        if now >= self._next_decision:
+            self._next_decision = now + self._decision_period
+            out = self._decide(now, m)
+            if out is not None:
+                return out
+        if now - att.started >= att.timeout_s:
+            return self._fail(now, m, self._classify(m),
+                              f"sub-goal {spec.sub_goal.value} not met in {att.timeout_s:.2f} s")
+        return cmd
+
+    # -- decisions -----------------------------------------------------------------------
+    def observe(self, now: float, m: Measured) -> Observation:
+        """The policy's input vector (layout and units: policy.OBS_FIELDS)."""
+        spec, att = self._spec, self._attempt
+        assert spec is not None and att is not None
+        v = [0.0] * OBS_DIM
+        if spec.state in POLICY_STATES:
+            v[POLICY_STATES.index(spec.state)] = 1.0
+        elapsed = now - att.started
+        err = self._path.goal_error(m) if self._path is not None else 0.0
+        t0, pos0, f0 = self._prev_obs
+        span = now - t0
+        g = self.robot.gripper
+        limit = self._grip.current_limit_a if self._grip else g.current_nominal_a
+        v[6:] = [
+            elapsed, elapsed / att.timeout_s, float(att.number - 1), err,
+            min(100.0, err / self.cfg.tool_tolerance_m), m.joint_speed, m.gripper_pos,
+            (m.gripper_pos - pos0) / span if span > 0 else 0.0, m.gripper_force,
+            m.gripper_force - self.cfg.grip_force_n,
+            (m.gripper_force - f0) / span if span > 0 else 0.0,
+            now - att.in_band_since if att.in_band_since is not None else 0.0,
+            limit / g.current_max_a, m.gripper_current / limit,
+            1.0 if self.subgoal_met() else 0.0, 1.0 if self._predicted else 0.0,
+            self.faults.l3_count / self.faults.l3_threshold,
+        ]
+        self._prev_obs = (now, m.gripper_pos, m.gripper_force)
+        return Observation(spec.state, tuple(v))
+
+    def _decide(self, now: float, m: Measured) -> Command | None:
+        obs = self.observe(now, m)
+        try:
+            action = self.policy.decide(obs)
+        except Exception:  # a broken policy is an inference failure, not a crash
+            action = None
+        if not isinstance(action, Action) or not all(math.isfinite(x) for x in obs.vector):
+            self.counters.inference_failures += 1
+            self._sink(obs, None, False)
+            return None
+        self.counters.decisions += 1
+        if action is Action.ADVANCE:
+            if self._fsm.fire(Trigger.ADVANCE):
+                self._sink(obs, action, True)
+                return self._advanced(now, m)
+            self.counters.advance_refused += 1
+            self._sink(obs, action, False)
+            return None
+        self._sink(obs, action, True)
+        if action is Action.ABORT:
+            self.counters.policy_aborts += 1
+            return self._end_task(now, Outcome.ABORTED, "aborted by the policy", Trigger.HOLD)
+        if action is Action.RETRY_ALTERNATIVE:
+            self.counters.policy_retries += 1
+            return self._fail(now, m, self._classify(m), "policy asked for retry_alternative")
+        return None
+
+    def _sink(self, obs: Observation, action: Action | None, accepted: bool) -> None:
+        if self.decision_sink is not None:
+            self.decision_sink({"t": self._now, "state": obs.state.value,
+                                "observation": obs.vector,
+                                "action": action.name.lower() if action is not None else None,
+                                "accepted": accepted})
+
+    def _advanced(self, now: float, m: Measured) -> Command:
+        done = self._attempt
+        if done is not None:
+            self.faults.attempt_succeeded(done.state, self._fsm.state is State.IDLE)
+            self._emit("subgoal_reached", state=done.state.value, attempt=done.number,
+                       duration_s=round(now - done.started, 4))
+        if self._fsm.state is State.IDLE:
+            return self._end_task(now, Outcome.SUCCESS, "task done", None)
+        self.faults.begin_subgoal()
+        return self._begin_attempt(now, m, None)
+
+    # -- failures ------------------------------------------------------------------------
+    def _classify(self, m: Measured) -> FailureKind:
+        spec = self._spec
+        assert spec is not None
+        f, c = m.gripper_force, self.cfg
+        if spec.state is State.GRASP:
+            return FailureKind.GRIP_STRONG if f > c.grip_force_n + c.grip_force_band_n \
+                else FailureKind.GRIP_WEAK
+        if spec.gripper is GripperAction.GRIP and not f >= c.part_lost_force_n:
+            return FailureKind.PART_LOST
+        if spec.state is State.RELEASE:
+            return FailureKind.NOT_RELEASED
+        return FailureKind.NOT_CONVERGED
+
+    def _fail(self, now: float, m: Measured, kind: FailureKind, detail: str) -> Command:
+        run, spec, att = self._run, self._spec, self._attempt
+        assert run is not None and spec is not None and att is not None
+        self.counters.attempts_failed += 1
+        run.failures.append(f"{att.state.value}:{kind.value}")
+        d = self.faults.attempt_failed(now, att.state, kind, spec.alternatives_for(kind), detail,
+                                       fatal=kind is FailureKind.PART_LOST)
+        self._emit("attempt_failed", task_id=run.task_id, state=att.state.value,
+                   attempt=att.number, kind=kind.value, detail=detail, verdict=d.verdict.value,
+                   alternative=d.alternative.name if d.alternative else None,
+                   l3_count=d.l3_count)
+        if d.verdict is Verdict.DIAGNOSTIC:
+            return self._enter_diagnostic(now, m)
+        if d.verdict is Verdict.TASK_FAILED:
+            why = "no retry helps" if kind is FailureKind.PART_LOST else \
+                f"{att.number} attempts spent"
+            return self._end_task(now, Outcome.FAILED,
+                                  f"{att.state.value} failed ({kind.value}): {why}", Trigger.HOLD)
+        self._fsm.fire(Trigger.RETRY)
+        return self._begin_attempt(now, m, d.alternative)
+
+    def _enter_diagnostic(self, now: float, m: Measured) -> Command:
+        run, att = self._run, self._attempt
+        self.fault_record = {
+            "time": now, "state": att.state.value if att else None,
+            "task_id": run.task_id if run else None,
+            "attempts": run.attempts if run else 0, "l3_count": self.faults.l3_count,
+            "last_failures": [f.as_dict() for f in self.faults.last_failures(
+                self.faults.l3_threshold)],
+            "sensor_window": self._ring.summary(),
+        }
+        self._diagnostic = True
+        cmd = self._end_task(now, Outcome.FAILED,
+                             f"{self.faults.l3_count} failed attempts in a row: diagnostic",
+                             Trigger.DIAGNOSE)
+        self._emit("diagnostic", record=self.fault_record)
+        return cmd
+
+    def _end_task(self, now: float, outcome: Outcome, message: str,
+                  trigger: str | None) -> Command:
+        run = self._run
+        if trigger is not None:
+            self._fsm.fire(trigger)
+        if run is not None:
+            self._emit("task_done", task_id=run.task_id, outcome=outcome.value, message=message,
+                       attempts=run.attempts, duration_s=round(now - run.started_at, 4),
+                       failures=list(run.failures))
+        self._run = None
+        self._saved = False
+        self._spec = None
+        self._attempt = None
+        self._path = None
+        self._grip = None
+        return self._hold()
+
+    def _hold(self) -> Command:
+        """Joints hold the measured position; the gripper keeps its opening and force."""
+        q = self._last.q if self._last is not None else self.robot.home
+        return Command(Mode.HOLD, q, GripperMode.HOLD, 0.0, 0.0)
