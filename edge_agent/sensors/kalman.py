@@ -127,12 +127,12 @@ class ChannelEstimator:
         self.t_measured = -math.inf
 
     @property
-    def x(self) -> np.ndarray:
+    def x(self) -> np.ndarray[Any, Any]:
         """State estimate: positions, then velocities for "cv" (a copy)."""
         return self._kf.x.ravel().copy()  # type: ignore[no-any-return]
 
     @property
-    def P(self) -> np.ndarray:  # filterpy's name
+    def P(self) -> np.ndarray[Any, Any]:  # filterpy's name
         """State covariance (a copy)."""
         return self._kf.P.copy()  # type: ignore[no-any-return]
 
