@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-hz", type=float, default=None, help="control.rate_hz override")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-estop-"))
-    sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop"]
+    sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop",
+            "link.hello_timeout_s=10"]
     if args.rate_hz:
         sets.append(f"control.rate_hz={args.rate_hz}")
     cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",

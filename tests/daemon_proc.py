@@ -28,7 +28,9 @@ class DaemonProc:
         self.state_dir = tmp / "state"
         self.device = device
         sets = [f"state_dir={self.state_dir}", f"device.id={device}",
-                "mqtt.keepalive_s=2", "mqtt.reconnect_min_s=0.2", "mqtt.reconnect_max_s=1.0"]
+                "mqtt.keepalive_s=2", "mqtt.reconnect_min_s=0.2", "mqtt.reconnect_max_s=1.0",
+                # a loaded CI machine may need more than the default 1 s for the first frame
+                "link.hello_timeout_s=10"]
         if broker is not None:
             sets += [f"mqtt.port={broker.port}", f'mqtt.password="{password}"']
         else:
