@@ -123,7 +123,11 @@ def test_pick_place_over_mqtt_then_estop_mid_task_freezes_and_resume_finishes(
         tmp_path: Path, broker: Mosquitto, operator: Probe) -> None:
     """A separate MQTT client runs a task; an e-stop mid-task freezes it; nothing moves after
     the reset until `resume`, which finishes the task."""
-    d = DaemonProc(tmp_path, broker).start()
+    # Generous L1 timeouts: this test is about the path from MQTT to the wire, not about L1 —
+    # on an overloaded CI machine the control loop stalls and a 5 s approach can time out.
+    slow = tuple(f"executor.l1_timeouts_s.{s}=60" for s in (
+        "approach", "grasp", "lift", "transfer", "release", "retreat"))
+    d = DaemonProc(tmp_path, broker, extra=slow).start()
     try:
         d.wait_ready()
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
