@@ -18,6 +18,10 @@ class ConfigError(EdgeAgentError):
         where = f"{source}: " if source else ""
         super().__init__(f"{where}{key} = {value!r}: {why}")
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, object, str, str | None]]:
+        # picklable (multiprocessing workers re-raise it in the parent)
+        return (type(self), (self.key, self.value, self.why, self.source))
+
 
 class ProtocolError(EdgeAgentError):
     """A frame could not be encoded (bad arguments) or the peer speaks another protocol version."""

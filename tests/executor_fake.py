@@ -9,9 +9,11 @@ force, as the firmware does. Knobs: `frozen` (joints ignore commands), `weak`, `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.kinematics import ArmKinematics
@@ -114,7 +116,7 @@ class Bench:
         self.dt = 1.0 / hz
         self.now = 0.0
         self.commands: list[tuple[float, Command]] = []
-        self.events: list[dict[str, object]] = []
+        self.events: list[dict[str, Any]] = []
 
     def step(self, n: int = 1) -> Command:
         cmd = None
@@ -127,22 +129,26 @@ class Bench:
         assert cmd is not None
         return cmd
 
-    def run_until(self, pred: object, timeout_s: float) -> bool:
+    def run_until(self, pred: Callable[[], bool], timeout_s: float) -> bool:
         end = self.now + timeout_s
         while self.now < end:
             self.step()
-            if pred():  # type: ignore[operator]
+            if pred():
                 return True
         return False
 
-    def of(self, type_: str) -> list[dict[str, object]]:
+    def of(self, type_: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == type_]
 
-    def done(self, task_id: str = "t1") -> dict[str, object] | None:
+    def done(self, task_id: str = "t1") -> dict[str, Any] | None:
         for e in self.of("task_done"):
             if e["task_id"] == task_id:
                 return e
         return None
+
+    def outcome(self, task_id: str = "t1") -> str | None:
+        done = self.done(task_id)
+        return str(done["outcome"]) if done is not None else None
 
     def start(self, task_id: str = "t1") -> None:
         self.step(5)

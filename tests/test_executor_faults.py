@@ -18,7 +18,7 @@ from edge_agent.link.codec import GripperMode
 
 def _grip_limits_by_attempt(b: Bench) -> dict[int, set[float]]:
     """Finger current limits of the FORCE commands sent after each grasp attempt started."""
-    starts = [(float(e["t"]), int(e["attempt"]))  # type: ignore[arg-type]
+    starts = [(float(e["t"]), int(e["attempt"]))
               for e in b.of("attempt_started") if e["state"] == "grasp"]
     out: dict[int, set[float]] = {}
     for t, cmd in b.commands:
@@ -36,7 +36,7 @@ def test_l1_timeout_fails_the_attempt_at_the_configured_time() -> None:
     assert b.run_until(lambda: bool(b.of("attempt_failed")), 2.0)
     fail = b.of("attempt_failed")[0]
     assert fail["kind"] == "not_converged" and fail["state"] == "approach"
-    assert 0.8 - 0.01 <= float(fail["t"]) - t0 <= 0.8 + 0.01  # type: ignore[arg-type]
+    assert 0.8 - 0.01 <= float(fail["t"]) - t0 <= 0.8 + 0.01
     assert fail["alternative"] == "scale_gainsx0.5"
 
 
@@ -61,7 +61,7 @@ def test_l2_raises_the_grip_current_for_one_attempt_and_undoes_it() -> None:
     b = Bench(weak=0.55)
     b.start()
     assert b.run_until(lambda: b.done() is not None, 40.0)
-    assert b.done()["outcome"] == "success"  # type: ignore[index]
+    assert b.outcome() == "success"
     grasp = [e for e in b.of("attempt_started") if e["state"] == "grasp"]
     assert [e["alternative"] for e in grasp] == [None, "raise_gripper_currentx1.5"]
     limits = _grip_limits_by_attempt(b)
@@ -92,7 +92,7 @@ def test_l3_diagnostic_at_exactly_the_configured_count_across_tasks(threshold: i
     b = Bench(config=ExecutorConfig(l3_threshold=threshold), weak=0.95)  # never grips enough
     b.start("t1")
     assert b.run_until(lambda: b.done("t1") is not None, 30.0)
-    assert b.done("t1")["outcome"] == "failed"  # type: ignore[index]
+    assert b.outcome("t1") == "failed"
     assert b.ex.mode == "holding" and b.ex.faults.l3_count == 3
     assert not b.of("diagnostic")
     b.start("t2")
@@ -104,10 +104,10 @@ def test_l3_diagnostic_at_exactly_the_configured_count_across_tasks(threshold: i
     diag = b.of("diagnostic")
     assert len(diag) == 1
     rec = diag[0]["record"]
-    assert rec["l3_count"] == threshold  # type: ignore[index]
-    assert len(rec["last_failures"]) == threshold  # type: ignore[index,arg-type]
-    assert rec["sensor_window"]["samples"] > 10  # type: ignore[index]
-    assert b.done("t2")["outcome"] == "failed"  # type: ignore[index]
+    assert rec["l3_count"] == threshold
+    assert len(rec["last_failures"]) == threshold
+    assert rec["sensor_window"]["samples"] > 10
+    assert b.outcome("t2") == "failed"
     # diagnostic refuses task.start; reset leaves it and clears the count.
     assert b.ex.start_task(b.now, "t3").code == "not_admitted"
     assert b.ex.reset(b.now).ok and b.ex.mode == "idle" and b.ex.faults.l3_count == 0

@@ -6,6 +6,7 @@ import math
 import subprocess
 import sys
 
+import pytest
 from executor_fake import Bench
 
 from edge_agent.executor.machine import TaskMachine, Trigger
@@ -16,6 +17,7 @@ from edge_agent.executor.policy import (
     AlwaysAdvancePolicy,
     ExpertPolicy,
     Observation,
+    Policy,
     action_from_scores,
 )
 from edge_agent.executor.tasks import PICK_PLACE, ExecutorConfig, State
@@ -68,7 +70,7 @@ def test_always_advance_baseline_succeeds_and_refusals_are_counted() -> None:
     b = Bench(policy=AlwaysAdvancePolicy())
     b.start()
     assert b.run_until(lambda: b.done() is not None, 40.0)
-    assert b.done()["outcome"] == "success"  # type: ignore[index]
+    assert b.outcome() == "success"
     assert b.ex.counters.advance_refused > 50  # the guard said no many times
 
 
@@ -82,18 +84,18 @@ class _Broken:
         raise RuntimeError("model crashed")
 
 
-def test_no_decision_keeps_the_controller_and_counts_inference_failures() -> None:
-    for policy in (_Silent(), _Broken()):
-        cfg = ExecutorConfig(l1_timeouts_s={"approach": 2.0})
-        b = Bench(config=cfg, policy=policy)
-        b.start()
-        b.step(100)
-        assert b.ex.state is State.APPROACH
-        assert b.ex.counters.inference_failures >= 9
-        # The controller kept running: the arm moved toward the object.
-        assert any(c.mode == Mode.POSITION for _, c in b.commands)
-        # Without advance the sub-goal never completes: L1 fails the attempt.
-        assert b.run_until(lambda b=b: bool(b.of("attempt_failed")), 3.0)
+@pytest.mark.parametrize("policy", [_Silent(), _Broken()])
+def test_no_decision_keeps_the_controller_and_counts_inference_failures(policy: Policy) -> None:
+    cfg = ExecutorConfig(l1_timeouts_s={"approach": 2.0})
+    b = Bench(config=cfg, policy=policy)
+    b.start()
+    b.step(100)
+    assert b.ex.state is State.APPROACH
+    assert b.ex.counters.inference_failures >= 9
+    # The controller kept running: the arm moved toward the object.
+    assert any(c.mode == Mode.POSITION for _, c in b.commands)
+    # Without advance the sub-goal never completes: L1 fails the attempt.
+    assert b.run_until(lambda: bool(b.of("attempt_failed")), 3.0)
 
 
 class _AbortInLift:
@@ -107,7 +109,7 @@ def test_policy_abort_is_always_accepted_and_holds_with_the_grip() -> None:
     b = Bench(policy=_AbortInLift())
     b.start()
     assert b.run_until(lambda: b.done() is not None, 30.0)
-    assert b.done()["outcome"] == "aborted"  # type: ignore[index]
+    assert b.outcome() == "aborted"
     assert b.ex.mode == "holding"
     force = b.arm.force
     cmd = b.step(20)
@@ -151,14 +153,18 @@ def test_machine_guard_refuses_advance_until_the_subgoal_holds() -> None:
 
     g = G()
     m = TaskMachine(g)
-    assert m.fire(Trigger.START) and m.state is State.APPROACH
-    assert not m.fire(Trigger.ADVANCE) and m.state is State.APPROACH
+
+    def at(state: State) -> bool:
+        return m.state is state
+
+    assert m.fire(Trigger.START) and at(State.APPROACH)
+    assert not m.fire(Trigger.ADVANCE) and at(State.APPROACH)
     g.met = True
-    assert m.fire(Trigger.ADVANCE) and m.state is State.GRASP
-    assert m.fire(Trigger.RETRY) and m.state is State.GRASP  # reflexive: a new attempt
+    assert m.fire(Trigger.ADVANCE) and at(State.GRASP)
+    assert m.fire(Trigger.RETRY) and at(State.GRASP)  # reflexive: a new attempt
     assert not m.fire(Trigger.START)  # not from grasp
-    assert m.fire(Trigger.ESTOP) and m.state is State.ESTOP
-    assert m.fire(Trigger.REARM) and m.state is State.IDLE
+    assert m.fire(Trigger.ESTOP) and at(State.ESTOP)
+    assert m.fire(Trigger.REARM) and at(State.IDLE)
     assert [s.next for s in PICK_PLACE.states][-1] is State.IDLE
 
 

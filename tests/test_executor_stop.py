@@ -61,7 +61,7 @@ def test_after_reset_nothing_moves_until_resume_which_starts_from_the_measured_p
     limits = [j.velocity_max_rad_s * b.dt for j in b.robot.joints]
     assert all(abs(c - m) <= lim + 1e-9 for c, m, lim in zip(cmd.q, measured, limits, strict=True))
     assert b.run_until(lambda: b.done() is not None, 40.0)
-    assert b.done()["outcome"] == "success"  # type: ignore[index]
+    assert b.outcome() == "success"
 
 
 def test_reset_without_a_saved_task_goes_idle_and_stays_still() -> None:
@@ -96,7 +96,7 @@ def test_cancel_is_a_controlled_hold_that_keeps_the_grip() -> None:
     assert force > 8.0
     r = b.ex.cancel(b.now)
     b.events += b.ex.drain_events()
-    assert r.ok and b.done()["outcome"] == "aborted"  # type: ignore[index]
+    assert r.ok and b.outcome() == "aborted"
     n = len(b.commands)
     b.step(100)
     assert all(_still(c) for _, c in b.commands[n:])
@@ -131,7 +131,7 @@ def test_resume_while_carrying_keeps_the_grip_and_completes() -> None:
     b.step(40)
     assert b.arm.force >= 0.9 * held
     assert b.run_until(lambda: b.done() is not None, 40.0)
-    assert b.done()["outcome"] == "success"  # type: ignore[index]
+    assert b.outcome() == "success"
 
 
 def test_no_resume_after_an_unclean_restart_or_manual_mode() -> None:
@@ -148,7 +148,7 @@ def test_no_resume_after_an_unclean_restart_or_manual_mode() -> None:
         assert (b2.ex.saved_task is not None) is clean
     assert b.ex.reset(b.now).ok and b.ex.manual_enter(b.now).ok
     b.events += b.ex.drain_events()
-    assert b.done()["outcome"] == "aborted"  # type: ignore[index]
+    assert b.outcome() == "aborted"
     assert b.ex.manual_exit(b.now).ok
     assert b.ex.resume(b.now).code == "nothing_to_resume"
 
