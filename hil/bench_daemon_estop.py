@@ -95,14 +95,78 @@ def pty_round_trip(n: int = 2000) -> list[float]:
     return out
 
 
+def private_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A throw-away mosquitto on a free loopback port, Nagle off (as a deployment should be)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    conf = tmp / "mosquitto.conf"
+    conf.write_text(f"listener {port} 127.0.0.1\nallow_anonymous true\nset_tcp_nodelay true\n"
+                    f"persistence false\n")
+    proc = subprocess.Popen(["mosquitto", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def up() -> bool:
+        with socket.socket() as c:
+            return c.connect_ex(("127.0.0.1", port)) == 0
+
+    _wait(up, 10, "the private broker")
+    return proc, port
+
+
+def mqtt_estops(rig: Path, port: int, device: str, n: int) -> list[float]:
+    """Publish `estop` n times (the daemon is latched: each must still send a STOP frame) and
+    time publish → the first STOP frame the robot received after it (shared monotonic clock)."""
+    if n <= 0:
+        return []
+    import socket as _socket
+
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    c = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"bench-{os.getpid()}")
+    c.on_socket_open = lambda cl, u, sock: sock.setsockopt(
+        _socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    out: list[float] = []
+    try:
+        for i in range(n):
+            t_pub = time.monotonic()
+            c.publish(f"edge/{device}/cmd/estop", json.dumps({"v": 1, "id": f"e{i}-{t_pub}"}),
+                      qos=1)
+            end = t_pub + 2.0
+            while time.monotonic() < end:
+                rec = _request(rig, {"cmd": "record", "type": "STOP", "since": t_pub,
+                                     "limit": 1})
+                if rec.get("frames"):
+                    out.append((rec["frames"][0]["t"] - t_pub) * 1e3)
+                    break
+                time.sleep(0.002)
+            time.sleep(0.02)
+    finally:
+        c.loop_stop()
+        c.disconnect()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--edges", type=int, default=10000, help="press edges (default 10000)")
     ap.add_argument("--period-ms", type=float, default=10.0, help="press every N ms (default 10)")
-    ap.add_argument("--mqtt-port", type=int, default=1883)
+    ap.add_argument("--mqtt-port", type=int, default=0,
+                    help="broker port; 0 (default) starts a private mosquitto with "
+                         "set_tcp_nodelay true on a free port")
     ap.add_argument("--rate-hz", type=float, default=None, help="control.rate_hz override")
+    ap.add_argument("--task", action="store_true",
+                    help="start a pick-and-place task first: the first press stops it mid-motion")
+    ap.add_argument("--mqtt-estops", type=int, default=0,
+                    help="also time N MQTT `estop` commands → STOP frame at the robot")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-estop-"))
+    broker = None
+    if args.mqtt_port == 0:
+        broker, args.mqtt_port = private_broker(tmp)
     sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop",
             "link.hello_timeout_s=10"]
     if args.rate_hz:
@@ -118,6 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _wait(lambda: _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
             "result"]["link_up"], 60, "the daemon's link up")
+        if args.task:
+            r = _request(ctl, {"cmd": "task.start", "v": 1, "id": os.urandom(6).hex()})
+            if not r.get("ok"):
+                raise SystemExit(f"task.start refused: {r}")
+            _wait(lambda: _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
+                "result"]["state"] in ("lift", "transfer"), 60, "the arm carrying the part")
         t_fw = _request(rig, {"cmd": "status"})["state"]["fw_time_us"] / 1e6
         start, period = t_fw + 1.0, args.period_ms / 1e3
         faults = []
@@ -134,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
               "the schedule to finish")
         time.sleep(0.5)  # the last STOP frame's way back
         lat = _request(rig, {"cmd": "latency"})
+        mqtt_ms = mqtt_estops(rig, args.mqtt_port, "bench-estop", args.mqtt_estops)
         st = _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})["result"]
         rig_info = _request(rig, {"cmd": "status"})["rig"]
     finally:
@@ -142,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
             daemon.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
+        if broker is not None:
+            broker.terminate()
+            broker.wait(5)
     reaction = [us / 1e3 for us in lat["estop_reaction_us"]]
     base = pty_round_trip()
     print(f"edge → STOP at the robot (daemon running): {stats_ms(reaction)}")
@@ -151,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         r99 = sorted(reaction)[int(0.99 * len(reaction))]
         b99 = sorted(base)[int(0.99 * len(base))]
         print(f"ratio P99 reaction / P99 pty round trip: {r99 / b99:.1f}")
+    if args.mqtt_estops:
+        print(f"MQTT estop publish → STOP at the robot:      {stats_ms(mqtt_ms)}")
     print(f"daemon loop: {st.get('loop')}; mode {st.get('mode')}")
     print(f"rig: {rig_info}")
     print(f"logs: {tmp / 'daemon.log'}")
