@@ -3,6 +3,8 @@
     edge-agent run --config PATH [--sim] [--eager] [--set KEY=VALUE ...]
     edge-agent check-config PATH [--sim] [--set KEY=VALUE ...] [--print]
     edge-agent cmd NAME [JSON] [--config PATH] [--timeout S]
+    edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
+    edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent version
 
 Exit codes:
@@ -104,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds to wait for the reply (default: %(default)s)")
 
     sub.add_parser("version", help="print the version, wire protocol and config schema")
+    from edge_agent.journal_cli import add_parser as add_journal_parser
+
+    add_journal_parser(sub)  # `journal export|drift` (edge_agent/journal_cli.py)
+    from edge_agent.comms.watch_cli import add_parser as add_watch_parser
+
+    add_watch_parser(sub)  # `watch` (edge_agent/comms/watch_cli.py)
     return p
 
 
@@ -226,8 +234,20 @@ def _cmd_version(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd,
-             "version": _cmd_version}
+def _cmd_watch(a: argparse.Namespace) -> int:
+    from edge_agent.comms.watch_cli import run as watch_run
+
+    return watch_run(a)
+
+
+def _cmd_journal(a: argparse.Namespace) -> int:
+    from edge_agent.journal_cli import run as journal_run
+
+    return journal_run(a)
+
+
+_HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
+             "version": _cmd_version, "watch": _cmd_watch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -269,6 +269,9 @@ class SimSection:
     robot_seed: int = opt("int", 0, lo=0, hi=2**32 - 1)
     rig_config: Path | None = opt("path", exists="file")
     ptys: int = opt("int", 1, lo=1, hi=64)
+    # SCHED_FIFO priority for the rig process (0 = normal). Real drive firmware is not starved
+    # by the host's load; benchmarks give the rig a priority above the guardian's to match.
+    rig_priority: int = opt("int", 0, lo=0, hi=99)
 
 
 SECTIONS: dict[str, type] = {

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
            str(ROOT / "configs" / "sim.toml"), "--sim"]
     for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-loop",
               f"control.rate_hz={args.rate_hz}", "mqtt.telemetry_hz=20",
-              "link.hello_timeout_s=10"):
+              "link.hello_timeout_s=10", "sim.rig_priority=40"):
         cmd += ["--set", s]
     log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
     daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mqtt_port == 0:
         broker, args.mqtt_port = private_broker(tmp)
     sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop",
-            "link.hello_timeout_s=10"]
+            "link.hello_timeout_s=10", "sim.rig_priority=40"]
     if args.rate_hz:
         sets.append(f"control.rate_hz={args.rate_hz}")
     cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
             faults.append({"at_s": start + (k + 0.5) * period, "target": "estop",
                            "mode": "release"})
         _request(rig, {"cmd": "latency", "clear": True})
-        _request(rig, {"cmd": "schedule", "faults": faults}, timeout=60)
+        for i in range(0, len(faults), 2000):  # the rig reads lines of at most 1 MiB
+            _request(rig, {"cmd": "schedule", "faults": faults[i:i + 2000]}, timeout=60)
         duration = 1.0 + args.edges * period + 2.0
         print(f"daemon up; {args.edges} press edges every {args.period_ms} ms "
               f"(~{duration:.0f} s) ...", flush=True)

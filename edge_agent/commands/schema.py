@@ -30,6 +30,7 @@ FAILURE_MODES: Mapping[str, tuple[str, ...]] = {
     "gpu": ("fail",),
     "triton": ("down",),
     "estop": ("press", "release"),
+    "control_loop": ("hang", "release"),  # the daemon's own control thread (watchdog tests)
 }
 _ID_RE = re.compile(r'"id"\s*:\s*"([^"\\\x00-\x1f]{1,128})"')
 _CHANNEL_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -302,8 +303,9 @@ def _failure_inject(a: dict[str, Any]) -> dict[str, Any]:
     _keys(a, frozenset({"target", "mode", "duration_s", "severity"}), "")
     target = _string(a, "target", "", required=True, max_len=64)
     assert target is not None
-    family, _, channel = target.partition(":")
-    if family not in FAILURE_MODES or (family == "sensor") != bool(channel):
+    family, colon, channel = target.partition(":")
+    if family not in FAILURE_MODES or (family == "sensor") != bool(channel) or (
+            colon and not channel):
         raise _Bad(f"target: expected sensor:<channel> or one of "
                    f"{', '.join(k for k in FAILURE_MODES if k != 'sensor')}, got {_short(target)}")
     if channel and not _CHANNEL_RE.fullmatch(channel):

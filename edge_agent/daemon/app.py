@@ -131,7 +131,7 @@ class Daemon:
         port = cfg.link.port
         if self.sim:
             self.rig = start_sim_rig(cfg.robot_file, self.state_dir, rig_config=cfg.sim.rig_config,
-                                     seed=cfg.sim.robot_seed)
+                                     seed=cfg.sim.robot_seed, priority=cfg.sim.rig_priority)
             port = self.rig.ptys[0]
         if not port:
             raise EdgeAgentError("link.port is not set (give a tty path or run with --sim)")

@@ -7,9 +7,11 @@ honestly observe with the robot at rest, and what it cannot:
 - **Firmware clock offset and link round trip** — always. PING(host µs) → PONG(host µs, firmware
   µs at reception) received at host µs: `rtt = t_recv - t_send`, `offset = t_fw - (t_send +
   t_recv) / 2` (NTP with T2 = T3). Whatever the one-way delays, the true offset lies within
-  ±rtt/2 of each exchange's value; the estimate is the median of the fastest quarter (min-RTT
-  filtering) clamped into the intersection of all those intervals, and `bound_us` is the
-  half-width that still holds for sure. Valid when taken: a real firmware clock drifts (ppm).
+  ±rtt/2 of each exchange's value. The estimate is the centre of the intersection of those
+  intervals — min-RTT filtering in its exact form: the fastest exchanges set it — and
+  `bound_us`, its half-width, holds for sure (never more than the fastest rtt / 2). If stamping
+  jitter makes the intervals disagree, the median of the fastest quarter is used instead.
+  Valid when taken: a real firmware clock drifts (ppm).
 - **Wrist force sensor offset** — when nothing is held: the gripper at least `min_open_fraction`
   of its stroke open and the mean reading within `max_force_offset_n` (a held part is squeezed
   with ≥ 3 N). The reading is then offset + noise.
@@ -23,8 +25,9 @@ honestly observe with the robot at rest, and what it cannot:
   fixture, `object_reference`). Nothing in the robot description pins an object down at rest.
 - Not observable at rest: the motor's transport delay and servo dynamics (they need motion).
 
-Every bias estimate needs the arm at rest over the whole window (joint speeds and the q span
-below `rest_velocity_rad_s` / `rest_span_rad`); otherwise all are refused, with the reason.
+The encoder and force estimates need the arm at rest over the whole window (joint speeds and
+the q span below `rest_velocity_rad_s` / `rest_span_rad`); otherwise both are refused, with the
+reason. Every refusal is a value (`Estimate.reason`), never an exception.
 """
 
 from __future__ import annotations
@@ -147,14 +150,13 @@ def estimate_clock(exchanges: Sequence[tuple[int, int, int]], min_exchanges: int
     est = offs[mid] if len(offs) % 2 else (offs[mid - 1] + offs[mid]) / 2.0
     lo = max(o - r / 2.0 for r, o in good)
     hi = min(o + r / 2.0 for r, o in good)
-    if lo <= hi:  # every exchange agrees: the truth is in [lo, hi]
-        est = min(max(est, lo), hi)
-        bound = max(est - lo, hi - est)
+    if lo <= hi:  # every exchange agrees: the truth is in [lo, hi]; its centre is minimax
+        est, bound, n_used = (lo + hi) / 2.0, (hi - lo) / 2.0, len(good)
     else:  # timestamps inconsistent (jitter in stamping): the fastest exchange's own bound
-        bound = min(abs(est - o) + r / 2.0 for r, o in used)
+        bound, n_used = min(abs(est - o) + r / 2.0 for r, o in used), len(used)
     rtts = [r for r, _ in good]
     return ClockEstimate(est, bound, rtts[0], float(rtts[len(rtts) // 2]), rtts[-1],
-                         len(good), len(used))
+                         len(good), n_used)
 
 
 class RestCalibrator:

@@ -109,7 +109,8 @@ def calibrate_daemon(d: Daemon, *, object_reference: Sequence[float] | None = No
         _log.exception("calibration_failed")
         res, why = None, f"error: {exc}"
     else:
-        why = "no STATUS from the robot (link down)"
+        why = ("the daemon is stopping" if d._stop_event.is_set()
+               else "no STATUS from the robot (link down)")
     ms = round((time.monotonic() - t0) * 1e3, 1)
     if res is None:
         d.background["calibration"] = {"ok": False, "reason": why, "ms": ms}

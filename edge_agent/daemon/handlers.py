@@ -118,6 +118,11 @@ def register_handlers(d: Daemon) -> None:
 
     def failure_inject(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         target = str(args.get("target", ""))
+        if target == "control_loop":  # lifecycle helper: make the watchdog's pings stop
+            if d.loop is None:
+                raise CommandRefused(ErrorCode.REFUSED, "the control loop is not running")
+            d.loop.hang_for_test(args.get("mode") == "hang")
+            return {"injected": {"target": target, "mode": args.get("mode")}}
         if not target.startswith(RIG_TARGETS):
             raise CommandRefused(ErrorCode.NOT_IMPLEMENTED,
                                  f"failure target {target!r} has no injector in this daemon yet")

@@ -34,7 +34,9 @@ class SystemdNotifier:
         with self._lock:
             try:
                 if self._sock is None:
-                    kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC
+                    # Non-blocking: a full receive queue (a service manager that does not read)
+                    # must cost a counted error, never hang the caller (the main loop, stop()).
+                    kind = socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
                     self._sock = socket.socket(socket.AF_UNIX, kind)
                 self._sock.sendto(msg, self._addr)
                 return True

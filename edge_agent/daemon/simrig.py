@@ -47,7 +47,7 @@ class SimRig:
 
 def start_sim_rig(robot_path: Path, state_dir: Path, *, rig_config: Path | None = None,
                   seed: int = 0, ptys: int = 1, record: Path | None = None,
-                  timeout: float = 10.0) -> SimRig:
+                  timeout: float = 10.0, priority: int = 0) -> SimRig:
     """Start the rig and wait (bounded) for its `PTY <path>` lines."""
     control = state_dir / "rig.sock"
     cmd = [sys.executable, "-m", "hil.rig", "--robot", str(robot_path), "--seed", str(seed),
@@ -68,6 +68,11 @@ def start_sim_rig(robot_path: Path, state_dir: Path, *, rig_config: Path | None 
     except OSError as exc:
         raise EdgeAgentError(f"cannot start the simulated robot ({' '.join(cmd)}): {exc}") from exc
     assert proc.stdout is not None
+    if priority > 0:
+        try:
+            os.sched_setscheduler(proc.pid, os.SCHED_FIFO, os.sched_param(priority))
+        except OSError as exc:  # not permitted: the rig runs, at normal priority
+            _log.warning("sim_rig_priority_refused", priority=priority, error=str(exc))
     found: list[str] = []
     deadline = time.monotonic() + timeout
     buf = b""

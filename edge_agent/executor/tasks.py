@@ -202,7 +202,10 @@ class ExecutorConfig:
     max_attempts: int = 3
     l3_threshold: int = 5
     collision_current_factor: float = 1.5
-    collision_floor_fraction: float = 0.3  # expected current never below this × current_max_a
+    # expected current never below this × current_max_a: 0.5 keeps the start of a loaded
+    # transfer (seen at 45 % of the elbow's limit on the pty rig) from reading as a collision,
+    # while a table hit (95 %) still trips at 1.5 × 0.5 = 75 %
+    collision_floor_fraction: float = 0.5
     collision_baseline_tau_s: float = 0.5
     collision_persist_s: float = 0.02
     decision_hz: float = 20.0

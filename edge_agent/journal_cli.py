@@ -1,0 +1,170 @@
+"""`edge-agent journal`: the decision journal as a training dataset, and action-distribution drift.
+
+    edge-agent journal export --state-dir D --out data.npz
+    edge-agent journal drift  --state-dir D [--window N] [--threshold 0.15]
+
+Both read the journal without repairing it, so they are safe while the daemon runs (a torn last
+record is skipped). They run in their own process: dataset work never runs inside the daemon.
+
+`export` writes a NumPy .npz (no pickles: `np.load(path)` works with the default
+`allow_pickle=False`): `observations` float32 [N, D] (NaN-padded when lengths differ) with
+`obs_len` int16 [N]; `actions` int8 [N] (index into `action_names`, -1 = no decision);
+`backend`, `outcome`, `state` str [N] ("" = none); `latency_ms` float32 [N] (NaN = not given);
+`accepted` int8 [N] (-1 = not given); `t`, `wall` float64 [N].
+
+`drift` compares the action distribution of the newest `window` decisions with the `window`
+before them: KL(current ‖ reference) in nats, with add-½ (Jeffreys) smoothing so an action
+unseen in one window gives a finite divergence. Exit 0: below the threshold; 1: drift; 2: usage
+or too few decisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the parser is built by every `edge-agent` call: keep its imports light
+    from edge_agent.store.decisions import Decision
+
+ACTIONS = ("continue", "advance", "retry_alternative", "abort")
+NO_DECISION = "none"
+EXIT_OK, EXIT_DRIFT, EXIT_USAGE = 0, 1, 2
+MIN_WINDOW = 20
+
+
+def add_parser(sub: Any) -> None:
+    """Register `journal export|drift` on the main parser's subparsers."""
+    p = sub.add_parser("journal", help="decision journal: export a dataset, check for drift",
+                       description=__doc__.splitlines()[0])
+    jsub = p.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
+    exp = jsub.add_parser("export", help="write the decisions as a training dataset (.npz)")
+    drift = jsub.add_parser("drift", help="KL divergence of the action distribution between the "
+                                          "newest window and the one before it")
+    for q in (exp, drift):
+        q.add_argument("--state-dir", required=True, metavar="D",
+                       help="the daemon's state_dir (the journal is D/journal)")
+    exp.add_argument("--out", required=True, metavar="PATH", help="the .npz file to write")
+    drift.add_argument("--window", type=int, default=1000, metavar="N",
+                       help="decisions per window (default: %(default)s)")
+    drift.add_argument("--threshold", type=float, default=0.15, metavar="KL",
+                       help="flag drift above this KL divergence, nats (default: %(default)s)")
+
+
+def run(a: argparse.Namespace) -> int:
+    """Entry point for the `journal` subcommand."""
+    from edge_agent.store.decisions import journal_dir, read_decisions
+
+    directory = journal_dir(a.state_dir)
+    if not directory.is_dir():
+        print(f"error: no decision journal in {directory}", file=sys.stderr)
+        return EXIT_USAGE
+    skipped = [0]
+    decisions = list(read_decisions(directory, skipped=skipped))
+    if a.journal_command == "export":
+        return _export(decisions, Path(a.out), skipped[0])
+    return _drift(decisions, a.window, a.threshold)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _export(decisions: Sequence[Decision], out: Path, skipped: int) -> int:
+    if not decisions:
+        print("error: the journal holds no decisions", file=sys.stderr)
+        return EXIT_USAGE
+    arrays = dataset_arrays(decisions)
+    import numpy as np
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:  # np.savez would append ".npz" to a name without it
+        np.savez_compressed(f, **arrays)
+    print(json.dumps({"out": str(out), "records": len(decisions), "skipped": skipped,
+                      "obs_dim": int(arrays["observations"].shape[1]),
+                      "actions": {str(n): int((arrays["actions"] == i).sum())
+                                  for i, n in enumerate(arrays["action_names"])},
+                      "bytes": out.stat().st_size}))
+    return EXIT_OK
+
+
+def dataset_arrays(decisions: Sequence[Decision]) -> dict[str, Any]:
+    """The export's arrays (see the module docstring)."""
+    import numpy as np
+
+    names = list(ACTIONS)
+    for d in decisions:
+        if d.action is not None and d.action not in names:
+            names.append(d.action)
+    code = {n: i for i, n in enumerate(names)}
+    n = len(decisions)
+    dim = max((len(d.observation) for d in decisions), default=0)
+    obs = np.full((n, dim), np.nan, dtype=np.float32)
+    for i, d in enumerate(decisions):
+        obs[i, : len(d.observation)] = d.observation
+    return {
+        "observations": obs,
+        "obs_len": np.array([len(d.observation) for d in decisions], dtype=np.int16),
+        "actions": np.array([code[d.action] if d.action is not None else -1
+                             for d in decisions], dtype=np.int8),
+        "action_names": np.array(names),
+        "backend": np.array([d.backend or "" for d in decisions]),
+        "outcome": np.array([d.outcome or "" for d in decisions]),
+        "state": np.array([d.state or "" for d in decisions]),
+        "latency_ms": np.array([d.latency_ms for d in decisions], dtype=np.float32),
+        "accepted": np.array([-1 if d.accepted is None else int(d.accepted)
+                              for d in decisions], dtype=np.int8),
+        "t": np.array([d.t for d in decisions], dtype=np.float64),
+        "wall": np.array([d.wall for d in decisions], dtype=np.float64),
+    }
+
+
+# --------------------------------------------------------------------------- drift
+
+
+def action_distribution(actions: Sequence[str | None], labels: Sequence[str],
+                        alpha: float = 0.5) -> dict[str, float]:
+    """Smoothed probabilities of `labels` (None counts as NO_DECISION)."""
+    counts = Counter(a if a is not None else NO_DECISION for a in actions)
+    total = len(actions) + alpha * len(labels)
+    return {k: (counts.get(k, 0) + alpha) / total for k in labels}
+
+
+def kl_divergence(p: Mapping[str, float], q: Mapping[str, float]) -> float:
+    """KL(p ‖ q) in nats over p's labels (q must be > 0 wherever p is)."""
+    return sum(pv * math.log(pv / q[k]) for k, pv in p.items() if pv > 0)
+
+
+def drift_report(decisions: Sequence[Decision], window: int,
+                 threshold: float) -> dict[str, Any] | None:
+    """Compare the newest `window` actions with the `window` before (halves when fewer
+    decisions exist); None when a window would hold fewer than MIN_WINDOW decisions."""
+    acts = [d.action for d in decisions]
+    w = min(window, len(acts) // 2)
+    if w < MIN_WINDOW:
+        return None
+    ref, cur = acts[-2 * w : -w], acts[-w:]
+    labels = sorted({*ACTIONS, NO_DECISION, *(a for a in ref + cur if a is not None)})
+    p, q = action_distribution(cur, labels), action_distribution(ref, labels)
+    kl = kl_divergence(p, q)
+    return {"kl": round(kl, 6), "threshold": threshold, "drift": kl > threshold,
+            "window": w, "records": len(acts),
+            "reference": {k: round(v, 4) for k, v in q.items()},
+            "current": {k: round(v, 4) for k, v in p.items()}}
+
+
+def _drift(decisions: Sequence[Decision], window: int, threshold: float) -> int:
+    if window < MIN_WINDOW or not threshold > 0:
+        print(f"error: --window must be >= {MIN_WINDOW} and --threshold > 0", file=sys.stderr)
+        return EXIT_USAGE
+    rep = drift_report(decisions, window, threshold)
+    if rep is None:
+        print(f"error: {len(decisions)} decisions: need at least {2 * MIN_WINDOW} for two "
+              "windows", file=sys.stderr)
+        return EXIT_USAGE
+    print(json.dumps(rep))
+    return EXIT_DRIFT if rep["drift"] else EXIT_OK

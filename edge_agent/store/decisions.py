@@ -1,0 +1,236 @@
+"""The decision journal: every policy decision as one compact binary record in a bounded Journal.
+
+    dj = DecisionJournal(state_dir / "journal", segment_bytes=4 << 20, max_segments=16,
+                         on_event=publisher.event)
+    dj.open()                 # at start-up or in the background; a failure turns it off
+    dj.record({"t": now, "observation": obs, "action": "advance", "backend": "onnx-cpu",
+               "latency_ms": 0.4, "outcome": "ok"})          # the control thread: never blocks
+    dj.stop()                 # drains, fsyncs, closes; idempotent
+
+`record()` (also `dj(decision)`, so it is a decision sink) takes a mapping or an inference
+`DecisionRecord` (anything with `as_dict()`), packs it with `struct` (a few µs, no I/O) and hands
+the bytes to its own StoreWriter thread, which appends them with one fsync per group. The queue
+is bounded (`max_pending`; past it a record is dropped and counted) and so is the disk
+(`segment_bytes * max_segments`, oldest segments deleted). Its own writer keeps journal failures
+away from the daemon's snapshot writer, whose errors are protective stops: a full disk or an I/O
+error only turns the journal off, once, with a `journal_disabled` event — the robot keeps working.
+
+Record format 1 (little-endian; `observation` as f32 — training data, not control state)::
+
+    ver:u8=1 flags:u8 n:u16 t:f64 wall:f64 latency_ms:f32 obs[n]:f32 state action backend outcome
+    flags: bit0 `accepted` is known, bit1 its value; strings: len:u8 + UTF-8 ("" = none)
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import structlog
+
+from edge_agent.store.journal import Journal, JournalFull, RepairReport
+from edge_agent.store.writer import StoreWriter
+
+log = structlog.get_logger(__name__)
+
+FORMAT = 1
+JOURNAL_DIR = "journal"  # under the state dir
+JOURNAL_NAME = "decisions"
+MAX_OBS = 1024
+_HEAD = struct.Struct("<BBHddf")
+_OBS: dict[int, struct.Struct] = {}
+EventSink = Callable[[dict[str, Any]], None]
+
+
+class Decision(NamedTuple):
+    """One decoded decision record."""
+
+    t: float  # the decision's time as given (host monotonic of that boot)
+    wall: float  # wall-clock time when it was journaled
+    observation: tuple[float, ...]
+    action: str | None  # None: no decision (inference failure)
+    backend: str | None
+    latency_ms: float  # NaN when not given
+    outcome: str | None
+    state: str | None
+    accepted: bool | None  # None when not given
+
+
+def journal_dir(state_dir: str | Path) -> Path:
+    return Path(state_dir) / JOURNAL_DIR
+
+
+def _obs_struct(n: int) -> struct.Struct:
+    s = _OBS.get(n)
+    if s is None:
+        s = _OBS[n] = struct.Struct(f"<{n}f")
+    return s
+
+
+def _text(v: Any) -> bytes:
+    if v is None:
+        return b"\x00"
+    b = str(v).encode("utf-8", "replace")[:255]
+    return bytes((len(b),)) + b
+
+
+def encode_decision(d: Mapping[str, Any], wall: float | None = None) -> bytes:
+    """Pack one decision (keys: t|mono, observation, action, backend, latency_ms|latency_s,
+    outcome, state?, accepted?). Raises ValueError/TypeError on a malformed one."""
+    t = float(d.get("t", d.get("mono", math.nan)))
+    lat = d.get("latency_ms")
+    if lat is None and d.get("latency_s") is not None:
+        lat = float(d["latency_s"]) * 1e3
+    obs = [float(x) for x in (d.get("observation") or ())]
+    n = len(obs)
+    if n > MAX_OBS:
+        raise ValueError(f"observation of {n} values > {MAX_OBS}")
+    acc = d.get("accepted")
+    flags = 0 if acc is None else (1 | (2 if acc else 0))
+    head = _HEAD.pack(FORMAT, flags, n, t, time.time() if wall is None else wall,
+                      math.nan if lat is None else float(lat))
+    return b"".join((head, _obs_struct(n).pack(*obs), _text(d.get("state")),
+                     _text(d.get("action")), _text(d.get("backend")), _text(d.get("outcome"))))
+
+
+def decode_decision(payload: bytes) -> Decision | None:
+    """Unpack one record; None for another format or a malformed payload (never raises)."""
+    try:
+        ver, flags, n, t, wall, lat = _HEAD.unpack_from(payload, 0)
+        if ver != FORMAT:
+            return None
+        pos = _HEAD.size
+        obs = _obs_struct(n).unpack_from(payload, pos)
+        pos += 4 * n
+        texts: list[str | None] = []
+        for _ in range(4):
+            k = payload[pos]
+            s = payload[pos + 1 : pos + 1 + k]
+            if len(s) != k:
+                return None
+            texts.append(s.decode("utf-8", "replace") if k else None)
+            pos += 1 + k
+        if pos != len(payload):
+            return None
+    except (struct.error, IndexError):
+        return None
+    state, action, backend, outcome = texts
+    accepted = bool(flags & 2) if flags & 1 else None
+    return Decision(t, wall, tuple(obs), action, backend, lat, outcome, state, accepted)
+
+
+def read_decisions(directory: str | Path, name: str = JOURNAL_NAME,
+                   skipped: list[int] | None = None) -> Iterator[Decision]:
+    """Every decodable decision, oldest first, read-only (safe while the daemon appends: a torn
+    last record is skipped, not repaired). `skipped` (a one-item list) counts undecodable ones."""
+    for payload in Journal(directory, name).iter_records():
+        dec = decode_decision(payload)
+        if dec is None:
+            if skipped is not None:
+                skipped[0] += 1
+            continue
+        yield dec
+
+
+class DecisionJournal:
+    """A decision sink that persists to a bounded journal and turns itself off on disk errors."""
+
+    def __init__(self, directory: str | Path, *, segment_bytes: int = 4 << 20,
+                 max_segments: int = 16, max_pending: int = 1024,
+                 on_event: EventSink | None = None, name: str = JOURNAL_NAME) -> None:
+        self.journal = Journal(directory, name, segment_bytes=segment_bytes,
+                               max_segments=max_segments, fsync_each=False)
+        self._writer = StoreWriter(on_error=self._on_store_error, max_records=max_pending,
+                                   thread_name="journal")
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._open = False
+        self._stopped = False
+        self.disabled: str | None = None  # why the journal was turned off
+        self.submitted = 0
+        self.rejected = 0  # malformed records, queue full, or after it was turned off
+
+    @property
+    def enabled(self) -> bool:
+        return self._open and self.disabled is None and not self._stopped
+
+    def open(self) -> RepairReport | None:
+        """Open (repair the tail) and start the writer; None when the journal is turned off."""
+        with self._lock:
+            if self._open or self._stopped:
+                return None
+            try:
+                report = self.journal.open()
+            except Exception as exc:  # StoreError, JournalFull, or a bad directory
+                self._disable(exc)
+                return None
+            self._open = True
+        self._writer.start()
+        if report.truncated_bytes:
+            log.warning("decision_journal_tail_repaired", bytes=report.truncated_bytes,
+                        reason=report.reason)
+        return report
+
+    def record(self, decision: Mapping[str, Any] | Any) -> bool:
+        """Queue one decision; never blocks, never raises. False when not journaled."""
+        if not self.enabled:
+            self.rejected += 1
+            return False
+        try:
+            d = decision if isinstance(decision, Mapping) else decision.as_dict()
+            payload = encode_decision(d)
+        except Exception as exc:  # a malformed record must never reach the control thread
+            self.rejected += 1
+            if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
+                log.warning("decision_record_rejected", error=repr(exc), rejected=self.rejected)
+            return False
+        if self._writer.submit_record(self.journal, payload):
+            self.submitted += 1
+            return True
+        self.rejected += 1
+        return False
+
+    __call__ = record
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every record queued so far is durable (or failed)."""
+        return self._writer.flush(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        w = self._writer.stats
+        return {"enabled": self.enabled, "disabled": self.disabled, "submitted": self.submitted,
+                "written": w.records_written, "dropped": w.records_dropped,
+                "rejected": self.rejected, "errors": w.errors,
+                "segments": len(self.journal.segments())}
+
+    def _on_store_error(self, name: str, exc: BaseException) -> None:
+        with self._lock:
+            self._disable(exc)
+
+    def _disable(self, exc: BaseException) -> None:  # lock held
+        if self.disabled is not None:
+            return
+        cause = "disk_full" if isinstance(exc, JournalFull) else "io_error"
+        self.disabled = cause
+        log.error("decision_journal_disabled", cause=cause, error=str(exc))
+        if self._on_event is not None:
+            try:
+                self._on_event({"type": "journal_disabled", "journal": self.journal.name,
+                                "cause": cause, "error": str(exc),
+                                "records_written": self._writer.stats.records_written})
+            except Exception:
+                log.exception("decision_journal_event_failed")
+
+    def stop(self) -> None:
+        """Write what is queued, then close. Idempotent; never raises."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._writer.stop()
+        self.journal.close()
