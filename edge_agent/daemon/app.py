@@ -39,6 +39,7 @@ from edge_agent.executor.tasks import ExecutorConfig
 from edge_agent.link.codec import Command, Enable, Mode, Stop, StopCategory, StopReason
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.sensors.hub import SensorHub
+from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
 
@@ -90,7 +91,15 @@ class Daemon:
                               dedup_store=None,  # set in start(): the state dir must exist
                               reset_min_interval_s=config.executor.reset_min_interval_s,
                               failure_injection=config.debug.failure_injection)
-        self.executor = Executor(config.robot, self.latch, config=executor_config(config))
+        # Every policy decision (observation, action, backend, latency, outcome) is journaled:
+        # own writer thread, bounded segments; a full disk turns the journal off with an event
+        # (it never stops the robot — a failed *snapshot* write does).
+        self.decisions = (DecisionJournal(
+            journal_dir(self.state_dir), segment_bytes=config.journal.segment_bytes,
+            max_segments=config.journal.max_segments, on_event=self.publisher.event)
+            if config.journal.enabled else None)
+        self.executor = Executor(config.robot, self.latch, config=executor_config(config),
+                                 decision_sink=self._journal_decision)
         # tick and commands one at a time (~0.1 ms a tick); re-entrant: a latch change inside a
         # command or a tick calls back into save_snapshot on the same thread
         self.exec_lock = threading.RLock()
@@ -106,6 +115,10 @@ class Daemon:
         self._stopped = False
         self._send_errors = 0
         self._background_done = threading.Event()
+
+    def _journal_decision(self, decision: dict[str, Any]) -> None:
+        if self.decisions is not None:
+            self.decisions.record(decision)  # never blocks, never raises
 
     # -- modes -----------------------------------------------------------------------------
     def mode(self) -> str:
@@ -186,6 +199,13 @@ class Daemon:
 
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
+        if self.decisions is not None:
+            try:
+                report = self.decisions.open()  # scans (and repairs) the newest segment's tail
+                self.background["journal"] = {"ok": report is not None}
+            except Exception as exc:
+                self.background["journal"] = {"ok": False, "error": str(exc)}
+                _log.exception("journal_open_failed")
         t0 = time.monotonic()
         try:
             from edge_agent.sensors.kalman import EstimatorBank
@@ -342,6 +362,8 @@ class Daemon:
         _log.info("stopping")
         if self.loop is not None:
             self.loop.stop()
+        if self.decisions is not None:
+            self.decisions.stop()
         if self.guardian is not None:
             with contextlib.suppress(LinkError):
                 self.guardian.send(self._hold)

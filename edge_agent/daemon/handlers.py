@@ -175,6 +175,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "uptime_s": round(now - d.started_mono, 3), "startup_ms": d.startup_ms,
         "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
         "executor": d.executor.status(),
+        "journal": d.decisions.stats() if d.decisions is not None else None,
         "link": d.mirror.summary(), "loop": d.loop.stats.as_dict() if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),
