@@ -34,7 +34,8 @@ def register_handlers(d: Daemon) -> None:
     def estop(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         cause = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
                  "socket": StopCause.ESTOP_LOCAL}.get(ctx.source, StopCause.ESTOP_LOCAL)
-        d.estop(cause)  # idempotent: the transport's on_estop usually got there first
+        if ctx.source not in ("mqtt", "fleet", "socket"):
+            d.estop(cause)  # the transports already called on_estop for this very message
         # The reply goes out only once the latch is on disk (or the store says it failed).
         d.save_snapshot()
         persisted = d.writer.flush(timeout=1.0)

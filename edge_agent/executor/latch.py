@@ -113,7 +113,11 @@ class StopLatch:
 
     # -- tripping ------------------------------------------------------------------------
     def trip(self, cause: StopCause, now: float) -> bool:
-        """Latch `cause`. Returns True if the cause was new (already-latched causes stay)."""
+        """Latch `cause`. Returns True if the cause was new (already-latched causes stay).
+
+        Listeners hear only new causes; a caller that must confirm a repeated stop (an e-stop
+        command while already latched) acts on the False it gets back.
+        """
         with self._lock:
             new = cause not in self._causes
             if new:
@@ -121,7 +125,8 @@ class StopLatch:
                 self._generation += 1
                 self._state = self._build()
             state = self._state
-        self._notify(state, cause)
+        if new:
+            self._notify(state, cause)
         return new
 
     def set_hardware_input(self, active: bool, now: float) -> None:
@@ -132,7 +137,8 @@ class StopLatch:
             if changed:
                 self._state = self._build()
         if active:
-            self.trip(StopCause.ESTOP_INPUT, now)
+            if not self.trip(StopCause.ESTOP_INPUT, now) and changed:
+                self._notify(self._state, None)  # pressed again while still latched
         elif changed:
             self._notify(self._state, None)
 
