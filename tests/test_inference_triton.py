@@ -129,7 +129,12 @@ def test_a_slow_server_misses_the_deadline_and_the_local_model_decides(
         server.set_delay_ms(400)
         o = observations(1, seed=2)[0]
         assert rig.router.decide(o) == action_from_scores(bare_scores(bare_session(model), o))
-        assert rig.records[-1].attempts == (("triton", "deadline"), ("cached", "ok"))
+        # The router's own deadline and the gRPC client's timeout race on a loaded machine:
+        # the late remote answer is seen as a missed deadline or as the client's
+        # DEADLINE_EXCEEDED error. Either way the same decision falls through, none is dropped.
+        (remote, why), last = rig.records[-1].attempts[0], rig.records[-1].attempts[-1]
+        assert remote == "triton" and why in ("deadline", "error"), rig.records[-1].attempts
+        assert last == ("cached", "ok")
     finally:
         server.set_delay_ms(0)
         rig.stop()
