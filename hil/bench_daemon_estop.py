@@ -26,22 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_agent.comms.client import json_line_request
+from edge_agent.errors import EdgeAgentError
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(path))
-        s.sendall(json.dumps(req).encode() + b"\n")
-        buf = b""
-        while b"\n" not in buf:
-            chunk = s.recv(1 << 22)
-            if not chunk:
-                break
-            buf += chunk
-    out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
-    return out
+    return json_line_request(path, req, timeout, what=str(req.get("cmd")))
 
 
 def _wait(pred: Any, timeout: float, what: str) -> None:
@@ -50,7 +42,7 @@ def _wait(pred: Any, timeout: float, what: str) -> None:
         try:
             if pred():
                 return
-        except OSError:
+        except (OSError, EdgeAgentError):  # the socket may not exist yet
             pass
         if time.monotonic() > end:
             raise SystemExit(f"timed out waiting for {what}")

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from mosquitto import Mosquitto, wait_until
+
+from edge_agent.comms.client import json_line_request
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_CONFIG = REPO / "configs" / "sim.toml"
@@ -77,33 +78,11 @@ class DaemonProc:
                    timeout: float = 10.0) -> dict[str, Any]:
         """One command over the daemon's local control socket."""
         req = {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **(payload or {})}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(self.state_dir / "control.sock"))
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while b"\n" not in buf:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
-        return out
+        return json_line_request(self.state_dir / "control.sock", req, timeout, what=name)
 
     def rig(self, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         """One request to the simulated robot's own control socket (fault injection, record)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(self.state_dir / "rig.sock"))
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while b"\n" not in buf:
-                chunk = s.recv(1 << 20)
-                if not chunk:
-                    break
-                buf += chunk
-        out: dict[str, Any] = json.loads(buf.split(b"\n", 1)[0])
-        return out
+        return json_line_request(self.state_dir / "rig.sock", req, timeout, what=str(req["cmd"]))
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int | None:
         if self.proc is None:

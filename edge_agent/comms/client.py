@@ -96,6 +96,13 @@ def send_command(name: str, payload: Mapping[str, Any] | str | None = None, *,
 
 
 def _via_socket(path: Path, name: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    return json_line_request(path, {**body, "cmd": name}, timeout, what=name)
+
+
+def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], timeout: float,
+                      *, what: str = "request") -> dict[str, Any]:
+    """One JSON line to a Unix stream socket, one JSON-object line back (the daemon's control
+    socket and the simulated robot's speak this). Raises CommandTimeout/CommandTransportError."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -104,18 +111,21 @@ def _via_socket(path: Path, name: str, body: dict[str, Any], timeout: float) -> 
         except OSError as exc:
             raise CommandTransportError(f"control socket {path}: {exc}") from exc
         try:
-            sock.sendall(json.dumps({**body, "cmd": name}).encode("utf-8") + b"\n")
+            sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
             with sock.makefile("rb") as reader:
                 line = reader.readline()
         except TimeoutError:
-            raise CommandTimeout(f"no reply to {name} within {timeout:g} s") from None
+            raise CommandTimeout(f"no reply to {what} within {timeout:g} s") from None
         except OSError as exc:
             raise CommandTransportError(f"control socket {path}: {exc}") from exc
     finally:
         sock.close()
     if not line:
         raise CommandTransportError(f"control socket {path} closed without a reply")
-    reply = json.loads(line)
+    try:
+        reply = json.loads(line)
+    except ValueError as exc:
+        raise CommandTransportError(f"control socket {path}: reply is not JSON") from exc
     if not isinstance(reply, dict):
         raise CommandTransportError(f"control socket {path}: reply is not an object")
     return reply

@@ -6,14 +6,14 @@ returns a result dict or raises CommandRefused(code, message).
 
 from __future__ import annotations
 
-import json
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
+from edge_agent.comms.client import json_line_request
+from edge_agent.errors import EdgeAgentError
 from edge_agent.executor.latch import ResetRefused, StopCause
 from edge_agent.executor.records import CommandResult
 from edge_agent.link.codec import StopReason
@@ -151,21 +151,10 @@ def register_handlers(d: Daemon) -> None:
 
 
 def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
-    """One JSON-lines request to the simulated robot's control socket."""
+    """One request to the simulated robot's control socket; failures become an error reply."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(path)
-            s.sendall(json.dumps(req).encode() + b"\n")
-            buf = b""
-            while b"\n" not in buf:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                buf += chunk
-        out = json.loads(buf.split(b"\n", 1)[0] or b"{}")
-        return out if isinstance(out, dict) else {"ok": False, "error": "bad rig reply"}
-    except (OSError, ValueError) as exc:
+        return json_line_request(path, req, timeout, what=str(req.get("cmd")))
+    except EdgeAgentError as exc:
         return {"ok": False, "error": f"rig control socket {path}: {exc}"}
 
 
