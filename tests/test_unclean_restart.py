@@ -64,6 +64,17 @@ def _motion_since(rig: SimRig, t0: float, t1: float) -> list[dict[str, Any]]:
         or (f["type"] == "ENABLE" and f.get("enable")))]
 
 
+def _stop_frame_since(rig: SimRig, t0: float, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        frames = _rig(rig, {"cmd": "record", "since": t0})["frames"]
+        if any(f["type"] == "STOP" for f in frames):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+
+
 def _pause(seconds: float, d: DaemonProc | None = None) -> None:
     """Wait `seconds` (or until the daemon is ready, when `d` is given)."""
     end = time.monotonic() + seconds
@@ -127,6 +138,8 @@ def test_kill9_at_random_instants_restarts_safe_and_still(tmp_path: Path) -> Non
                     assert ready["unclean_restart"] is True, ready
                     assert st["mode"] in ("protective_stop", "estop"), st
                     assert "unclean_restart" in st["stop"]["causes"], st
+                    # The new guardian is latched too: it wrote a STOP to the robot itself.
+                    assert _stop_frame_since(rig, t_spawn), f"restart {i}: guardian not latched"
                     if estop_saved or estop_acked:
                         assert st["mode"] == "estop", (st, estop_saved, estop_acked)
                 estop_acked = False

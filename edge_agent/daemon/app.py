@@ -154,6 +154,12 @@ class Daemon:
             on_guardian_up=self._on_guardian_up, priority=cfg.link.guardian_priority,
             extra_args=["--status-period-us", str(cfg.link.status_period_us)])
         self.guardian.start()
+        restored_latch = self.latch.state
+        if restored_latch.first_cause is not None:
+            # A latch restored from the snapshot (unclean restart, saved e-stop) was tripped
+            # before the guardian existed: latch the new guardian too, so the wire holds
+            # whatever the daemon's own command stream does.
+            self._send_stop(restored_latch.first_cause)
         self.loop = RateLoop(self._tick, cfg.control.rate_hz,
                              spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s)
         self.loop.start()
@@ -244,15 +250,20 @@ class Daemon:
                 self._send_errors += 1
 
     # -- callbacks -------------------------------------------------------------------------
+    def _send_stop(self, cause: StopCause) -> None:
+        if self.guardian is None:
+            return
+        cat = StopCategory.CAT0 if cause in ESTOP_CAUSES else StopCategory.CAT2
+        reason = _STOP_REASON.get(cause, StopReason.ESTOP_REMOTE if cause in ESTOP_CAUSES
+                                  else StopReason.PROTECTIVE)
+        try:
+            self.guardian.send(Stop(cat, reason))
+        except LinkError:
+            self._send_errors += 1
+
     def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
-        if cause is not None and self.guardian is not None:
-            cat = StopCategory.CAT0 if cause in ESTOP_CAUSES else StopCategory.CAT2
-            reason = _STOP_REASON.get(cause, StopReason.ESTOP_REMOTE if cause in ESTOP_CAUSES
-                                      else StopReason.PROTECTIVE)
-            try:
-                self.guardian.send(Stop(cat, reason))
-            except LinkError:
-                self._send_errors += 1
+        if cause is not None:
+            self._send_stop(cause)
         self.save_snapshot()
         if cause is not None:
             self.publisher.event({"type": "stop", "kind": state.kind.value if state.kind else None,
