@@ -154,12 +154,12 @@ class Daemon:
             on_guardian_up=self._on_guardian_up, priority=cfg.link.guardian_priority,
             extra_args=["--status-period-us", str(cfg.link.status_period_us)])
         self.guardian.start()
-        restored_latch = self.latch.state
-        if restored_latch.first_cause is not None:
+        saved_causes = self.latch.state.causes
+        if saved_causes:
             # A latch restored from the snapshot (unclean restart, saved e-stop) was tripped
             # before the guardian existed: latch the new guardian too, so the wire holds
-            # whatever the daemon's own command stream does.
-            self._send_stop(restored_latch.first_cause)
+            # whatever the daemon's own command stream does — as an e-stop if one was saved.
+            self._send_stop(next((c for c in saved_causes if c in ESTOP_CAUSES), saved_causes[0]))
         self.loop = RateLoop(self._tick, cfg.control.rate_hz,
                              spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s)
         self.loop.start()
