@@ -172,6 +172,8 @@ def test_zero_filled_tail_is_not_read_as_records(tmp_path: Path) -> None:
 def test_short_and_foreign_segment_headers(tmp_path: Path) -> None:
     _fill(tmp_path, [b"one"])
     (tmp_path / "j.0000000002.jnl").write_bytes(MAGIC[:3])  # killed while creating segment 2
+    reader = Journal(tmp_path, "j")  # a reader before the repair: an empty segment, not garbage
+    assert list(reader.iter_records()) == [b"one"] and reader.corrupt_skipped == 0
     j = Journal(tmp_path, "j")
     assert j.open().reason == "short segment header"
     j.append(b"two")

@@ -339,8 +339,13 @@ class Journal:
         for seg in self.segments():
             try:
                 with open(seg, "rb") as f:
-                    if f.read(len(MAGIC)) != MAGIC:
-                        self._skip(seg, len(MAGIC), "foreign header")
+                    head = f.read(len(MAGIC))
+                    if head != MAGIC:
+                        if MAGIC.startswith(head):  # torn while being created: holds nothing
+                            log.info("journal_segment_empty", journal=self.name,
+                                     segment=str(seg), header_bytes=len(head))
+                        else:
+                            self._skip(seg, len(MAGIC), "foreign header")
                         continue
                     for pos, item in _scan(f):
                         if isinstance(item, str):
