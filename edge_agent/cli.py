@@ -130,6 +130,9 @@ def _missing_module(exc: ImportError, *modules: str) -> bool:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
+    from edge_agent.daemon.procstart import mark
+
+    mark("cli")
     from edge_agent.config import load_config
 
     try:
@@ -137,20 +140,40 @@ def _cmd_run(a: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(_config_error(exc, a.config), file=sys.stderr)
         return EXIT_CONFIG
+    mark("config")
+    early = _spawn_guardian_early(cfg) if not a.sim and cfg.link.port else None
+    mark("guardian_early")
     from edge_agent.logsetup import configure_logging
 
     # Logging is configured here, once, before the daemon starts (it logs cfg.warnings itself).
     configure_logging(cfg.log.level, cfg.log.format, cfg.secret_values())
+    mark("logging")
     try:
         from edge_agent.daemon.main import (  # type: ignore[import-not-found,unused-ignore]
             run as daemon_run,
         )
-    except ImportError as exc:
-        if _missing_module(exc, "edge_agent.daemon.main", "edge_agent.daemon"):
+    except BaseException as exc:
+        if early is not None:
+            early.abandon()
+        if isinstance(exc, ImportError) and _missing_module(
+                exc, "edge_agent.daemon.main", "edge_agent.daemon"):
             return _not_yet("the daemon (edge_agent.daemon.main.run)", exc)
         raise
-    rc = daemon_run(cfg, sim=a.sim, eager=a.eager)
+    mark("daemon_import")
+    rc = daemon_run(cfg, sim=a.sim, eager=a.eager, prespawned=early)
     return int(rc) if isinstance(rc, int) else EXIT_OK
+
+
+def _spawn_guardian_early(cfg: Any) -> Any:
+    """Start the link guardian now, beside the daemon's imports (the daemon adopts it); None
+    when it cannot start — the daemon then tries itself and reports why."""
+    from edge_agent.errors import LinkError
+    from edge_agent.link.guardian_spawn import spawn, spec_from_config
+
+    try:
+        return spawn(spec_from_config(cfg, cfg.link.port))
+    except LinkError:
+        return None
 
 
 def _cmd_check(a: argparse.Namespace) -> int:

@@ -9,8 +9,8 @@ enabled, warnings) get the same format. A redacting processor runs last before r
 of keys named like password/secret/token, `Secret` objects and any occurrence of a configured
 secret become '***' — in the event text, key-values and formatted tracebacks alike.
 
-Library code never calls this; it uses `structlog.get_logger(__name__)`. Loggers are not cached on
-first use, so a later configure_logging() reaches loggers that modules already hold.
+Library code never calls this; it uses `edge_agent.log.get_logger(__name__)`. A logger reads the
+configuration on every call, so a later configure_logging() reaches loggers that modules hold.
 The module is named logsetup, not logging, so that it can never shadow the stdlib module.
 """
 
@@ -19,11 +19,10 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, TextIO
 
-import structlog
-
+from edge_agent import log
 from edge_agent.config_schema import Secret
 
 __all__ = ["REDACTED", "SecretRedactor", "configure_logging"]
@@ -39,7 +38,7 @@ _handler: logging.Handler | None = None
 
 
 class SecretRedactor:
-    """structlog processor: replaces secrets (by key name, by type, by value) with '***'."""
+    """Log processor: replaces secrets (by key name, by type, by value) with '***'."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         uniq = {s for s in secrets if s}
@@ -80,39 +79,6 @@ class SecretRedactor:
         return text
 
 
-class _NamedWriteLogger(structlog.WriteLogger):
-    """A WriteLogger that knows the name it was created with (`get_logger(__name__)`)."""
-
-    def __init__(self, file: TextIO, name: str) -> None:
-        super().__init__(file)
-        self.name = name
-
-
-class _NamedWriteLoggerFactory:
-    def __init__(self, file: TextIO) -> None:
-        self._file = file
-
-    def __call__(self, *args: Any) -> _NamedWriteLogger:
-        name = args[0] if args and isinstance(args[0], str) else "edge_agent"
-        return _NamedWriteLogger(self._file, name)
-
-
-def _add_logger_name(logger: Any, method: str,
-                     event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    record = event_dict.get("_record")
-    name = record.name if record is not None else getattr(logger, "name", None)
-    if name and "logger" not in event_dict:
-        event_dict["logger"] = name
-    return event_dict
-
-
-def _field_order(logger: Any, method: str,
-                 event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    head = {k: event_dict.pop(k) for k in ("ts", "level", "logger", "event") if k in event_dict}
-    head.update(event_dict)
-    return head
-
-
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -122,44 +88,48 @@ def _isatty(stream: TextIO) -> bool:
 
 def configure_logging(level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), *,
                       stream: TextIO | None = None) -> None:
-    """Configure structlog and stdlib logging for the whole process (idempotent)."""
+    """Configure edge_agent.log and stdlib logging for the whole process (idempotent)."""
     global _handler
     out = stream if stream is not None else sys.stdout
     if fmt not in ("auto", "json", "console"):
         raise ValueError(f"log format must be auto, json or console, not {fmt!r}")
     level_no = LEVELS[level.lower()]
     use_json = fmt == "json" or (fmt == "auto" and not _isatty(out))
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.processors.add_log_level,
-        _add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
-        structlog.processors.StackInfoRenderer(),
-        structlog.processors.format_exc_info,  # before redaction: tracebacks are scrubbed too
-        SecretRedactor(secrets),
-    ]
-    renderer: Any
+    redactor = SecretRedactor(secrets)
+
+    def redact(ev: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+        return redactor(None, "", ev)  # after the traceback is formatted: it is scrubbed too
+
+    renderer: Callable[[MutableMapping[str, Any]], str]
     if use_json:
-        renderer = structlog.processors.JSONRenderer(default=str)
-        shared.append(_field_order)
+        renderer = log.render_json
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=_isatty(out), timestamp_key="ts")
-    structlog.configure(
-        processors=[*shared, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(level_no),
-        logger_factory=_NamedWriteLoggerFactory(out),
-        cache_logger_on_first_use=False,
-    )
+        colors = _isatty(out)
+
+        def renderer(ev: MutableMapping[str, Any]) -> str:
+            return log.render_console(ev, colors)
+
+    log.configure(level=level_no, renderer=renderer, processors=(redact,), stream=out)
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)
-    _handler = logging.StreamHandler(out)
-    _handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
-    ))
+    _handler = _StdlibHandler()
     root.addHandler(_handler)
     root.setLevel(level_no)
     # transitions logs every state change at INFO; the executor emits its own events.
     logging.getLogger("transitions").setLevel(max(level_no, logging.WARNING))
     logging.captureWarnings(True)
+
+
+class _StdlibHandler(logging.Handler):
+    """Records from stdlib `logging` (transitions, paho, warnings) in the same format."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+        except Exception:  # a bad %-format in someone else's library
+            msg = f"{record.msg!r} % {record.args!r}"
+        kw: dict[str, Any] = {}
+        if record.exc_info:
+            kw["exc_info"] = record.exc_info
+        log.emit(record.name, record.levelno, msg, kw, ts=record.created)

@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-import structlog
-from structlog.testing import capture_logs
 
+from edge_agent import log as edge_log
 from edge_agent.config_schema import Secret
+from edge_agent.log import capture_logs, get_logger
 from edge_agent.logsetup import REDACTED, SecretRedactor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,11 +26,11 @@ PASSWORD = "Zq8-hunter2-Xk41"
 
 SCRIPT = textwrap.dedent(f"""
     import logging, sys, warnings
-    import structlog
     from edge_agent.config_schema import Secret
+    from edge_agent.log import get_logger
     from edge_agent.logsetup import configure_logging
     configure_logging(sys.argv[1], sys.argv[2], secrets=[{PASSWORD!r}])
-    log = structlog.get_logger("edge_agent.demo")
+    log = get_logger("edge_agent.demo")
     log.debug("debug_line", n=1)
     log.info("connect", host="broker", password="also-secret", pw=Secret("x"),
              note="using {PASSWORD} now", nested={{"a": [{PASSWORD!r}], "token": "t0k"}})
@@ -130,7 +130,7 @@ def test_reconfiguration_reaches_loggers_already_used() -> None:
 
     root = logging.getLogger()
     saved = (list(root.handlers), root.level)
-    log = structlog.get_logger("edge_agent.somewhere")  # as a library module holds it
+    log = get_logger("edge_agent.somewhere")  # as a library module holds it
     first, second = io.StringIO(), io.StringIO()
     try:
         configure_logging("info", "json", stream=first)
@@ -140,7 +140,7 @@ def test_reconfiguration_reaches_loggers_already_used() -> None:
         with capture_logs() as logs:
             log.info("hello", k=1)
     finally:  # leave the pytest process as it was
-        structlog.reset_defaults()
+        edge_log.reset()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         logging.captureWarnings(False)

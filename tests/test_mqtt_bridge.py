@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from conftest import MQTT_USERS
 from mosquitto import Mosquitto, Probe, wait_until
-from structlog.testing import capture_logs
 
 from edge_agent.clock import ManualClock
 from edge_agent.commands import CommandAPI, CommandContext, Mode
@@ -24,6 +23,7 @@ from edge_agent.comms.inbox import CommandInbox, InboundCommand
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import Topics
 from edge_agent.errors import ConfigError
+from edge_agent.log import capture_logs
 
 
 class Device:

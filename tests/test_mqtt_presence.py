@@ -25,12 +25,9 @@ from edge_agent.comms.mqtt_bridge import MqttBridge
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
     import json, logging, os, signal, sys, threading
-    import structlog
+    from edge_agent import log
     logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)  # paho's own debug lines
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.format_exc_info,
-                    structlog.processors.JSONRenderer()],
-        logger_factory=structlog.PrintLoggerFactory(sys.stdout))
+    log.configure(level=log.DEBUG, renderer=log.render_json, stream=sys.stdout)
     from edge_agent.commands import CommandAPI, Mode
     from edge_agent.comms.mqtt_bridge import MqttBridge
     api = CommandAPI(lambda: Mode.IDLE)
@@ -49,7 +46,7 @@ CHILD = textwrap.dedent("""
 
 
 class Child:
-    """The bridge in its own process, logging everything (structlog JSON + paho DEBUG)."""
+    """The bridge in its own process, logging everything (JSON lines + paho DEBUG)."""
 
     def __init__(self, broker: Mosquitto, tmp: Path, password: str) -> None:
         self.boot_id = uuid.uuid4().hex

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from conftest import MQTT_USERS
 from mosquitto import DOCS, Mosquitto, free_port
-from structlog.testing import capture_logs
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.client import MqttTarget, send_command
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import TlsOptions
+from edge_agent.log import capture_logs
 
 
 def _openssl(*args: str, cwd: Path) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_proc import DaemonProc
+from daemon_proc import REPO, DaemonProc
 from mosquitto import wait_until
 
 from edge_agent.daemon.notify import SystemdNotifier
@@ -191,3 +191,77 @@ def test_a_service_manager_that_does_not_read_never_blocks_the_sender(tmp_path: 
     finally:
         n.close()
         deaf.close()
+
+
+def test_the_cli_starts_the_guardian_beside_the_imports_and_the_daemon_adopts_it(
+        tmp_path: Path, notify: NotifySocket) -> None:
+    """Without --sim (a real tty path) the guardian is spawned right after the config, before
+    logging and the daemon's imports; the daemon adopts that process — one guardian, not two —
+    and READY still comes only after its first link-up."""
+    from edge_agent.daemon.simrig import start_sim_rig
+
+    rig = start_sim_rig(REPO / "configs" / "robot" / "edge-arm-4.toml", tmp_path, seed=3)
+    try:
+        d = _daemon(tmp_path, notify)
+        d.cmd.remove("--sim")
+        d.cmd += ["--set", f"link.port={rig.ptys[0]}"]
+        d.start()
+        try:
+            ready = d.wait_ready()
+            ph = ready["phases_ms"]
+            assert ph["config"] <= ph["guardian_early"] <= ph["logging"] <= ph["daemon_import"]
+            assert ready["link_up"] is True and ph["link_up"] <= ready["startup_ms"]
+            started = d.events("guardian_started")
+            assert [e["early"] for e in started] == [True], started
+            assert d.proc is not None and _guardian_pid(d.proc.pid) == started[0]["pid"]
+            assert d.socket_cmd("status")["result"]["link_up_ms"] is not None
+        finally:
+            assert d.stop(signal.SIGTERM) == 0
+        assert d.proc is not None and _guardian_pid(d.proc.pid) is None
+    finally:
+        rig.stop()
+
+
+def _guardians_on(tty: str) -> list[int]:
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"edge_agent.link.guardian" in cmd and tty.encode() in cmd.split(b"\0"):
+                out.append(int(pid))
+    return out
+
+
+def test_a_start_up_failure_after_the_early_spawn_leaves_no_guardian_behind(
+        tmp_path: Path) -> None:
+    from edge_agent.comms.control_socket import SOCKET_NAME
+    from edge_agent.config import load_config
+    from edge_agent.daemon.app import Daemon
+    from edge_agent.daemon.simrig import start_sim_rig
+    from edge_agent.link.guardian_spawn import spawn, spec_from_config
+
+    rig = start_sim_rig(REPO / "configs" / "robot" / "edge-arm-4.toml", tmp_path, seed=4)
+    try:
+        tty = rig.ptys[0]
+        # 1. in the daemon process: a regular file where the control socket goes — start-up
+        #    fails after the guardian was adopted; the exit takes the guardian along
+        state = tmp_path / "state"
+        state.mkdir(mode=0o700)
+        (state / SOCKET_NAME).write_text("not a socket\n")
+        d = DaemonProc(tmp_path, None, extra=(f"link.port={tty}",))
+        d.cmd.remove("--sim")
+        d.start()
+        wait_until(d.exited, 60, "the daemon gives up")
+        assert d.proc is not None and d.proc.returncode == 1
+        assert any("not a socket" in line for line in d.lines), d.lines[-10:]
+        assert [e["early"] for e in d.events("guardian_started")] == [True]
+        assert _guardians_on(tty) == [], "an orphaned guardian still holds the tty"
+        # 2. a daemon that never got as far as adopting its early guardian stops it
+        cfg = load_config(REPO / "configs" / "sim.toml",
+                          [f"state_dir={tmp_path / 'state2'}", f"link.port={tty}"])
+        early = spawn(spec_from_config(cfg, tty))
+        assert _guardians_on(tty) == [early.proc.pid]
+        Daemon(cfg, prespawned=early).stop()
+        assert early.proc.poll() is not None and _guardians_on(tty) == []
+    finally:
+        rig.stop()

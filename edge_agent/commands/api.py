@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands.admission import Admission, AdmissionContext, Mode, Verdict, admit
 from edge_agent.commands.codes import CommandRefused, ErrorCode, Reply
@@ -31,8 +29,9 @@ from edge_agent.commands.schema import (
     parse,
     recover_id,
 )
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 Payload = Mapping[str, Any] | bytes | bytearray | str
 # Deduplicated in memory only (never written to disk): re-running them is harmless, and a jog

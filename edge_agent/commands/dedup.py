@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import structlog
-
 from edge_agent.commands.codes import Reply
 from edge_agent.errors import StoreError
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

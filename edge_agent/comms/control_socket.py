@@ -20,14 +20,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
-
 from edge_agent.commands.api import CommandAPI
 from edge_agent.commands.codes import ErrorCode, Reply
 from edge_agent.commands.schema import PayloadError, decode
 from edge_agent.errors import EdgeAgentError
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 SOCKET_NAME = "control.sock"
 _SUN_PATH_MAX = 107
 

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import structlog
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

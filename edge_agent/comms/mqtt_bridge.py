@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import paho.mqtt.client as paho
-import structlog
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
@@ -47,8 +46,9 @@ from edge_agent.comms.mqtt_common import (
     set_nodelay,
     to_payload,
 )
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 class MqttBridge:

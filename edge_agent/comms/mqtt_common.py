@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import paho.mqtt.client as paho
-import structlog
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 
 from edge_agent.errors import ConfigError
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 FLEET_ESTOP_TOPIC = "edge/fleet/cmd/estop"
 PROTOCOLS: Mapping[str, int] = {"5": paho.MQTTv5, "5.0": paho.MQTTv5, "3.1.1": paho.MQTTv311,

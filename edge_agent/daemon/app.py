@@ -1,8 +1,11 @@
 """The composition root: the minimal start-up path, the running daemon, and a clean shutdown.
 
-exec → config → logging (cli) → restore snapshot (latches!) → spawn the link guardian → control
-thread (holding) → MQTT connect started → READY. Heavy work (Kalman estimators: filterpy pulls
-scipy) runs after READY in the background; `--eager` does it before READY for comparison.
+exec → config → spawn the link guardian (cli: its own start-up runs beside our imports) →
+logging → restore snapshot (latches!) → adopt the guardian, latch it if the snapshot was latched
+→ control thread (holding) → MQTT connect started → the guardian's first link-up (bounded) →
+READY. Heavy work (Kalman estimators: filterpy pulls scipy) runs after READY in the background;
+`--eager` does it before READY for comparison. The `ready` event's `phases_ms` says when each
+step ended (ms since exec).
 """
 
 from __future__ import annotations
@@ -20,15 +23,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import structlog
-
 from edge_agent.commands import CommandAPI, JsonFileDedupStore
 from edge_agent.config import Config
 from edge_agent.daemon import persist
 from edge_agent.daemon.handlers import register_handlers
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
-from edge_agent.daemon.procstart import ms_since_start, process_start_monotonic
+from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.publisher import Publisher
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
@@ -38,12 +39,14 @@ from edge_agent.executor.loop import RateLoop
 from edge_agent.executor.tasks import ExecutorConfig
 from edge_agent.link.codec import Command, Enable, Mode, Stop, StopCategory, StopReason
 from edge_agent.link.guardian_client import GuardianClient
+from edge_agent.link.guardian_spawn import Spawned, spec_from_config
+from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 _STOP_REASON = {
     StopCause.ESTOP_INPUT: StopReason.ESTOP_INPUT, StopCause.LINK_FAULT: StopReason.LINK_FAULT,
@@ -72,8 +75,10 @@ def executor_config(cfg: Config) -> ExecutorConfig:
 class Daemon:
     """Owns every moving part; `start()` follows the minimal path, `stop()` is idempotent."""
 
-    def __init__(self, config: Config, *, sim: bool = False, eager: bool = False) -> None:
+    def __init__(self, config: Config, *, sim: bool = False, eager: bool = False,
+                 prespawned: Spawned | None = None) -> None:
         self.cfg = config
+        self._prespawned = prespawned  # a guardian the CLI started early (adopted in start())
         self.sim = sim
         self.eager = eager
         self.boot_id = uuid.uuid4().hex
@@ -108,6 +113,7 @@ class Daemon:
         self.guardian: GuardianClient | None = None
         self.loop: RateLoop | None = None
         self.startup_ms: float | None = None
+        self.link_up_ms: float | None = None  # since exec: the guardian's first link-up state
         self.background: dict[str, Any] = {}
         self.degraded: list[str] = []
         self._hold = Command(Mode.HOLD, config.robot.home)  # q ignored in HOLD
@@ -126,6 +132,7 @@ class Daemon:
 
     # -- start-up --------------------------------------------------------------------------
     def start(self) -> None:
+        mark("daemon_init")
         cfg = self.cfg
         sys.setswitchinterval(0.0005)
         persist.prepare_state_dir(self.state_dir)
@@ -140,6 +147,7 @@ class Daemon:
         if restored.unclean:
             self.latch.trip(StopCause.UNCLEAN_RESTART, now)
         self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
+        mark("restore")
         self.writer.start()
         port = cfg.link.port
         if self.sim:
@@ -148,12 +156,15 @@ class Daemon:
             port = self.rig.ptys[0]
         if not port:
             raise EdgeAgentError("link.port is not set (give a tty path or run with --sim)")
+        spec = spec_from_config(cfg, port)
         self.guardian = GuardianClient(
-            port, cfg.robot_file, deadman_s=cfg.link.deadman_ms / 1000.0,
+            spec.port, spec.robot_path, deadman_s=spec.deadman_s,
             on_frame=self.mirror.on_frame, on_guardian_down=self._on_guardian_down,
-            on_guardian_up=self._on_guardian_up, priority=cfg.link.guardian_priority,
-            extra_args=["--status-period-us", str(cfg.link.status_period_us)])
-        self.guardian.start()
+            on_guardian_up=self._on_guardian_up, priority=spec.priority,
+            extra_args=spec.extra_args)
+        early, self._prespawned = self._prespawned, None
+        self.guardian.start(prespawned=early)
+        mark("guardian_spawn")
         saved_causes = self.latch.state.causes
         if saved_causes:
             # A latch restored from the snapshot (unclean restart, saved e-stop) was tripped
@@ -163,23 +174,33 @@ class Daemon:
         self.loop = RateLoop(self._tick, cfg.control.rate_hz,
                              spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s)
         self.loop.start()
+        mark("control_loop")
         register_handlers(self)
         self.publisher.start()
+        mark("comms")
         if self.eager:
             self._background_work()
-        # Bounded: the guardian's first G_STATE says whether the tty opened (it never blocks
-        # READY for long — a missing device means a protective stop, not a restart loop).
-        if self.mirror.wait_gstate(0.0, timeout=cfg.link.hello_timeout_s,
-                                   pred=lambda g: g.link_up) is None:
-            self.latch.set_condition(StopCause.LINK_FAULT, True, time.monotonic())
-            self.publisher.event({"type": "link_fault", "cause": "no_device",
-                                  "port": port, "waited_s": cfg.link.hello_timeout_s})
+        # Bounded: the guardian's first G_STATE with the link up says the tty opened and the
+        # firmware answered HELLO (the CLI spawned the guardian beside our imports, so this
+        # rarely waits). A missing device does not block READY for long: a protective stop
+        # with a link_fault event, not a restart loop.
+        self._wait_first_link(port)
+        mark("link_up")
         self._ready(restored)
         if not self.eager:
             threading.Thread(target=self._background_work, name="startup-bg",
                              daemon=True).start()
         # -- lifecycle helper: rest calibration (daemon/calibrator.py), after READY on both paths
         threading.Thread(target=self._calibrate, name="calibration", daemon=True).start()
+
+    def _wait_first_link(self, port: str) -> None:
+        waited = self.cfg.link.hello_timeout_s
+        if self.mirror.wait_gstate(0.0, timeout=waited, pred=lambda g: g.link_up) is None:
+            self.latch.set_condition(StopCause.LINK_FAULT, True, time.monotonic())
+            self.publisher.event({"type": "link_fault", "cause": "no_device", "port": port,
+                                  "waited_s": waited})
+        else:
+            self.link_up_ms = round(ms_since_start(self.mirror.gstate_at), 1)
 
     def _calibrate(self) -> None:
         from edge_agent.daemon.calibrator import calibrate_daemon
@@ -194,7 +215,8 @@ class Daemon:
         _log.info("ready", startup_ms=self.startup_ms, boot_id=self.boot_id, mode=self.mode(),
                   eager=self.eager, sim=self.sim, link_up=self.mirror.link_up,
                   unclean_restart=restored.unclean, snapshot_generation=restored.generation,
-                  corrupt_files=restored.corrupt_files, config_hash=self.cfg.hash)
+                  corrupt_files=restored.corrupt_files, config_hash=self.cfg.hash,
+                  phases_ms=phases())
         self.publisher.event({"type": "ready", "startup_ms": self.startup_ms,
                               "eager": self.eager, "unclean_restart": restored.unclean})
         if restored.corrupt_files:
@@ -370,6 +392,9 @@ class Daemon:
             return
         self._stopped = True
         self.notifier.stopping()
+        if self._prespawned is not None:  # start-up failed before adopting it
+            self._prespawned.abandon()
+            self._prespawned = None
         _log.info("stopping")
         if self.loop is not None:
             self.loop.stop()
@@ -389,8 +414,9 @@ class Daemon:
         _log.info("stopped")
 
 
-def run(config: Config, *, sim: bool = False, eager: bool = False) -> int:
+def run(config: Config, *, sim: bool = False, eager: bool = False,
+        prespawned: Spawned | None = None) -> int:
     """`edge-agent run`: run the daemon in the foreground until SIGTERM/SIGINT."""
     for w in config.warnings:
         _log.warning("config_warning", warning=w)
-    return Daemon(config, sim=sim, eager=eager).run_forever()
+    return Daemon(config, sim=sim, eager=eager, prespawned=prespawned).run_forever()

@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from edge_agent.daemon.calibration import CalibrationLimits, CalibrationResult, RestCalibrator
 from edge_agent.errors import LinkError
 from edge_agent.link.codec import Message, Ping
+from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ if TYPE_CHECKING:
     from edge_agent.daemon.linkmirror import LinkMirror
     from edge_agent.sensors.hub import SensorHub
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 DEFAULT_APPLY = ("wrist_force",)
 POLL_S = 0.002
 

@@ -163,6 +163,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
     return {
         "device": d.cfg.device.id, "version": __version__, "boot_id": d.boot_id,
         "uptime_s": round(now - d.started_mono, 3), "startup_ms": d.startup_ms,
+        "link_up_ms": d.link_up_ms,
         "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
         "executor": d.executor.status(),
         "journal": d.decisions.stats() if d.decisions is not None else None,

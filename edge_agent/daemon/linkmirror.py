@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from edge_agent.executor.latch import StopCause, StopLatch
 from edge_agent.link.codec import (
     EstopEdge,
@@ -26,9 +24,10 @@ from edge_agent.link.codec import (
     Status,
     StopReason,
 )
+from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
 
 

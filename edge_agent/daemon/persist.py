@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from edge_agent.errors import StoreError
+from edge_agent.log import get_logger
 from edge_agent.store.snapshot import SnapshotStore
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 MARKER = "running"
 SNAPSHOT_NAME = "daemon"
 

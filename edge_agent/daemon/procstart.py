@@ -43,3 +43,16 @@ def process_start_monotonic() -> float:
 
 def ms_since_start(now: float | None = None) -> float:
     return ((now if now is not None else time.monotonic()) - process_start_monotonic()) * 1e3
+
+
+_PHASES: dict[str, float] = {}
+
+
+def mark(phase: str) -> None:
+    """Note that start-up `phase` ended now (ms since exec); the `ready` event carries them."""
+    _PHASES.setdefault(phase, round(ms_since_start(), 1))
+
+
+def phases() -> dict[str, float]:
+    """The start-up phases marked so far, in order: name → ms since exec at its end."""
+    return dict(_PHASES)

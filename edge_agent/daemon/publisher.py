@@ -10,17 +10,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import TlsOptions
 from edge_agent.executor.latch import StopCause
+from edge_agent.log import get_logger
 
 if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 _ESTOP_SOURCE = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
                  "socket": StopCause.ESTOP_LOCAL}
 

@@ -16,11 +16,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import structlog
-
 from edge_agent.errors import EdgeAgentError
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 @dataclass

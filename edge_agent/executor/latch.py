@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-import structlog
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
+_log = get_logger(__name__)
 
 
 class StopKind(StrEnum):

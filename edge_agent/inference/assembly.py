@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
 from edge_agent.inference.model_cache import CachedModel, ModelCache
@@ -29,8 +27,9 @@ from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.providers import CPU
 from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.triton_backend import TritonBackend
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OBS_FIELD_UNITS = tuple((f.name, f.unit) for f in OBS_FIELDS)
 ACTION_LABELS = tuple(a.name.lower() for a in Action)

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple, Protocol
 
-import structlog
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # numpy stays out of this module: it is on the daemon's start-up path (numpy costs ~100 ms).
 Row = Sequence[float]

@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from edge_agent.inference.backend import EventBus, EventKind
 from edge_agent.inference.model_card import (
     ModelCard,
@@ -38,8 +36,9 @@ from edge_agent.inference.model_card import (
     sha256_file,
     signature_problems,
 )
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 POINTER = "active.json"
 
 

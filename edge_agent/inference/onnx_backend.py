@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
 from edge_agent.inference.providers import (
     ProviderResolution,
@@ -27,8 +25,9 @@ from edge_agent.inference.providers import (
     resolve,
     session_providers,
 )
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 ModelSource = Path | Callable[[], Path | None]
 

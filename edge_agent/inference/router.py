@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from edge_agent.executor.policy import Action, Observation
 from edge_agent.inference.backend import (
     Backend,
@@ -34,8 +32,9 @@ from edge_agent.inference.backend import (
     EventKind,
     Ticket,
 )
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 _N_ACTIONS = len(Action)
 _LABELS = {a: a.name.lower() for a in Action}
 

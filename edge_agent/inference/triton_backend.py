@@ -18,11 +18,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import structlog
-
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STOP = object()
 _CHANNEL_ARGS = [

@@ -26,18 +26,13 @@ reset can pass. Callbacks must be quick and must not call `stop()`.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import structlog
-
-import edge_agent
 from edge_agent.errors import LinkError
 from edge_agent.link.codec import (
     Command,
@@ -49,10 +44,11 @@ from edge_agent.link.codec import (
     SeqCounter,
     encode,
 )
+from edge_agent.link.guardian_spawn import GuardianSpec, Spawned, spawn
 from edge_agent.link.serial_link import Backoff
+from edge_agent.log import get_logger
 
-_log = structlog.get_logger(__name__)
-_PKG_ROOT = str(Path(edge_agent.__file__).resolve().parents[1])
+_log = get_logger(__name__)
 
 
 def _nothing(*_: object) -> None:
@@ -75,6 +71,7 @@ class GuardianClient:
         self.deadman_s = deadman_s
         self.priority = priority
         self.extra_args = tuple(extra_args)
+        self.spec = GuardianSpec(port, robot_path, deadman_s, priority, extra_args)
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.send_timeout_s = send_timeout_s
         self.stderr = stderr  # where the guardian's JSON log lines go (default: ours)
@@ -93,9 +90,16 @@ class GuardianClient:
         self._started_at = self._last_state_at = time.monotonic()
 
     # -- API -------------------------------------------------------------------------------
-    def start(self) -> GuardianClient:
-        """Spawn the guardian (its first attempt to open the tty) and start the reader thread."""
-        self._spawn(restart=False)
+    def start(self, prespawned: Spawned | None = None) -> GuardianClient:
+        """Spawn the guardian (its first attempt to open the tty) and start the reader thread.
+
+        `prespawned`: adopt a guardian the CLI already started with the same spec (an early
+        start beside the daemon's imports); one with another spec is stopped and replaced."""
+        if prespawned is not None and prespawned.spec.key() != self.spec.key():
+            _log.warning("guardian_prespawned_mismatch", port=prespawned.spec.port)
+            prespawned.abandon()
+            prespawned = None
+        self._spawn(restart=False, prespawned=prespawned)
         self._thread.start()
         return self
 
@@ -149,30 +153,16 @@ class GuardianClient:
             _log.exception("guardian_stop_failed")
 
     # -- internals -------------------------------------------------------------------------
-    def _spawn(self, *, restart: bool) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", "edge_agent.link.guardian", "--fd", str(theirs.fileno()),
-               "--port", self.port, "--robot", self.robot_path,
-               "--deadman-ms", f"{self.deadman_s * 1000:g}", "--priority", str(self.priority),
-               *self.extra_args]
-        if restart:
-            cmd.append("--start-latched")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PKG_ROOT, env.get("PYTHONPATH")) if p)
-        try:
-            self._proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), env=env,
-                                          stdin=subprocess.DEVNULL, stderr=self.stderr)
-        except OSError as exc:
-            ours.close()
-            raise LinkError(f"cannot start the link guardian: {exc}") from exc
-        finally:
-            theirs.close()
-        ours.settimeout(self.send_timeout_s)
+    def _spawn(self, *, restart: bool, prespawned: Spawned | None = None) -> None:
+        spawned = prespawned or spawn(self.spec, restart=restart, stderr=self.stderr)
+        spawned.sock.settimeout(self.send_timeout_s)
+        self._proc = spawned.proc
         self._ready = False
-        self._sock = ours
-        self._started_at = time.monotonic()
+        self._sock = spawned.sock
+        self._started_at = spawned.started_at
         self._last_state_at = self._started_at
-        _log.info("guardian_started", pid=self._proc.pid, port=self.port, restart=restart)
+        _log.info("guardian_started", pid=spawned.proc.pid, port=self.port, restart=restart,
+                  early=prespawned is not None)
 
     def _run(self) -> None:
         while True:

@@ -31,12 +31,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import structlog
-
+from edge_agent.log import get_logger
 from edge_agent.store.journal import Journal, JournalFull, RepairReport
 from edge_agent.store.writer import StoreWriter
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 FORMAT = 1
 JOURNAL_DIR = "journal"  # under the state dir

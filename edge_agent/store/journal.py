@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-import structlog
-
 from edge_agent.errors import StoreError
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAGIC = b"EAJRNL\x00\x01"
 _REC = struct.Struct("<II")

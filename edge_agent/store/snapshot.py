@@ -35,11 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from edge_agent.errors import StoreError
+from edge_agent.log import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAGIC = "edge-agent-snapshot"
 FORMAT_VERSION = 1

@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import structlog
-
 from edge_agent.errors import StoreError
+from edge_agent.log import get_logger
 from edge_agent.store.journal import Journal
 from edge_agent.store.snapshot import SnapshotStore
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OnDone = Callable[[BaseException | None], None]
 OnError = Callable[[str, BaseException], None]
