@@ -34,7 +34,7 @@ def test_building_the_stack_imports_no_heavy_module(tmp_path: Path) -> None:
             "from edge_agent.inference.assembly import InferenceSettings, InferenceStack\n"
             f"s = InferenceStack(InferenceSettings(model=Path({str(tmp_path / 'm.onnx')!r}), "
             f"cache_dir=Path({str(tmp_path / 'models')!r}), triton_url='127.0.0.1:1'))\n"
-            "assert not s.router.ready()\n")
+            "assert not s.model_ready() and s.router.preferred_ready() == 'rule'\n")
     assert _imported_after(code) == []
 
 

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.commands import CommandAPI, JsonFileDedupStore
 from edge_agent.config import Config
@@ -45,6 +45,9 @@ from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
+
+if TYPE_CHECKING:
+    from edge_agent.inference.assembly import InferenceStack
 
 _log = get_logger(__name__)
 
@@ -110,6 +113,8 @@ class Daemon:
         self.exec_lock = threading.RLock()
         self._exec_events: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.rig: SimRig | None = None
+        self.inference: InferenceStack | None = None  # built in the background (a model is set)
+        self._journal_executor_decisions = True  # until the policy router journals its own
         self.guardian: GuardianClient | None = None
         self.loop: RateLoop | None = None
         self.startup_ms: float | None = None
@@ -123,7 +128,7 @@ class Daemon:
         self._background_done = threading.Event()
 
     def _journal_decision(self, decision: dict[str, Any]) -> None:
-        if self.decisions is not None:
+        if self.decisions is not None and self._journal_executor_decisions:
             self.decisions.record(decision)  # never blocks, never raises
 
     # -- modes -----------------------------------------------------------------------------
@@ -225,8 +230,70 @@ class Daemon:
         gc.collect()
         gc.freeze()  # start-up garbage out of the collector's way: fewer pauses in the loop
 
+    def _start_inference(self) -> None:
+        """Build the policy stack (its imports are ~10 ms, its sessions much more), hand its
+        router to the executor, load the sessions. Background (or --eager) only."""
+        inf = self.cfg.inference
+        if inf.model is None and inf.triton_url is None:
+            self.background["inference"] = {"ok": True, "policy": "rule (no model configured)"}
+            return
+        from dataclasses import replace
+
+        from edge_agent.inference.assembly import build_stack
+
+        t0 = time.monotonic()
+        try:
+            stack = build_stack(inf, event_sink=self._on_inference_event,
+                                decision_sink=self._journal_inference,
+                                settings_hook=lambda s: replace(
+                                    s, grip_force_band_n=self.cfg.executor.grip_force_band_n))
+            with self.exec_lock:
+                self.executor.policy = stack.router  # decisions from here on go through it
+                self._journal_executor_decisions = False  # the router journals richer records
+            self.inference = stack
+            stack.load()
+        except Exception as exc:  # the rule-based expert keeps deciding
+            self.background["inference"] = {"ok": False, "error": str(exc)}
+            _log.exception("inference_start_failed")
+            return
+        ms = round((time.monotonic() - t0) * 1e3, 1)
+        self.background["inference"] = {"ok": stack.model_ready(), "ms": ms,
+                                        "backend": stack.router.preferred_ready()}
+        self.publisher.event({"type": "policy_ready", "ms": ms, "model_ready": stack.model_ready(),
+                              "backend": stack.router.preferred_ready()})
+
+    def policy_in_use(self) -> str:
+        """The backend that made the last decision (`rule` without a model), for `state`."""
+        stack = self.inference
+        if stack is None:
+            return "rule"
+        return stack.router.backend_in_use or stack.router.preferred_ready() or "none"
+
+    def wait_policy(self, timeout: float) -> bool:
+        """A task that arrives before its model is loaded waits for it (bounded). True when a
+        model backend is ready (or none is configured: the rule decides)."""
+        inf = self.cfg.inference
+        if inf.model is None and inf.triton_url is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self.inference is None and "inference" not in self.background:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        stack = self.inference
+        return stack is not None and stack.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    def _on_inference_event(self, ev: Any) -> None:
+        # may run on the control thread: only enqueue (the main thread publishes)
+        self._exec_events.append(ev.as_dict())
+
+    def _journal_inference(self, rec: Any) -> None:
+        if self.decisions is not None:
+            self.decisions.record(rec.as_dict())
+
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
+        self._start_inference()  # first: a task that arrives early waits for the model
         if self.decisions is not None:
             try:
                 report = self.decisions.open()  # scans (and repairs) the newest segment's tail
@@ -398,6 +465,8 @@ class Daemon:
         _log.info("stopping")
         if self.loop is not None:
             self.loop.stop()
+        if self.inference is not None:
+            self.inference.stop()
         if self.decisions is not None:
             self.decisions.stop()
         if self.guardian is not None:

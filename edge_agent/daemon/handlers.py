@@ -97,10 +97,18 @@ def register_handlers(d: Daemon) -> None:
 
         while not ready() and time.monotonic() < deadline:
             time.sleep(0.01)
+        # ... and for its policy model, when one is configured and still loading
+        model_ready = d.wait_policy(d.cfg.inference.model_wait_s)
         task_id = f"{ctx.id}"
-        return _run(lambda now: d.executor.start_task(
+        out = _run(lambda now: d.executor.start_task(
             now, task_id, args.get("task", "pick_place"), params.get("object"),
             params.get("place")), enable=True)
+        out["policy"] = d.policy_in_use()
+        if not model_ready:
+            out["note"] = (f"the policy model was not ready within "
+                           f"{d.cfg.inference.model_wait_s:g} s: decisions from "
+                           f"{d.policy_in_use()} until it is")
+        return out
 
     def task_cancel(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         return _run(lambda now: d.executor.cancel(now))
@@ -167,6 +175,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
         "executor": d.executor.status(),
         "journal": d.decisions.stats() if d.decisions is not None else None,
+        "inference": d.inference.status() if d.inference is not None else None,
         "link": d.mirror.summary(), "loop": d.loop.stats.as_dict() if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),

@@ -87,7 +87,7 @@ class Publisher:
         out: dict[str, Any] = {"mode": ex.mode, "state": ex.state.value,
                                "degraded": list(d.degraded),
                                "homed": bool(d.mirror.last_status is not None),
-                               "link_up": d.mirror.link_up}
+                               "link_up": d.mirror.link_up, "policy": d.policy_in_use()}
         task = ex.task
         if task is not None:
             out["task"] = task

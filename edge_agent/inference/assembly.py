@@ -7,7 +7,8 @@ model, and loads + warms up the local and cached sessions; each completion is an
 
 Backends, best first: `triton` (if `inference.triton_url`) → `local` (the active model on the
 configured providers) → `cached` (the last-known-good model on CPU: the model before the last
-`model.update`, or the active one when there is none).
+`model.update`, or the active one when there is none) → `rule` (the rule-based expert: always
+ready, so a decision is never dropped when every model is down).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action
+from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action, ExpertPolicy
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
 from edge_agent.inference.model_cache import CachedModel, ModelCache
 from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.providers import CPU
 from edge_agent.inference.router import PolicyRouter
+from edge_agent.inference.rule_backend import RuleBackend
 from edge_agent.inference.triton_backend import TritonBackend
 from edge_agent.log import get_logger
 
@@ -48,6 +50,7 @@ class InferenceSettings:
     intra_op_threads: int = 1
     model_wait_s: float = 10.0
     triton_ready_period_s: float = 1.0
+    grip_force_band_n: float = 1.0  # the rule backend's expert uses the executor's band
 
     @classmethod
     def from_config(cls, section: Any) -> InferenceSettings:
@@ -79,6 +82,9 @@ class InferenceStack:
         self.cached = OnnxBackend("cached", self._last_known_good, (CPU,), self.bus,
                                   intra_op_threads=1, obs_dim=OBS_DIM, n_outputs=len(Action))
         backends += [self.local, self.cached]
+        # last: the rule-based expert — no decision is dropped when every model is down
+        self.rule = RuleBackend(ExpertPolicy(band_n=settings.grip_force_band_n))
+        backends.append(self.rule)
         self.router = PolicyRouter(backends, self.bus, deadline_s=settings.deadline_s,
                                    decision_sink=decision_sink)
         self.load_s: float | None = None  # load() start → the first backend ready
@@ -107,10 +113,10 @@ class InferenceStack:
                 log.warning("model_cache_seed_failed", model=str(self.settings.model),
                             error=str(e))
         self.local.load()
-        if self.router.ready() and self.load_s is None:
+        if self.model_ready() and self.load_s is None:
             self.load_s = time.perf_counter() - t0
         self.cached.load()
-        if self.router.ready() and self.load_s is None:
+        if self.model_ready() and self.load_s is None:
             self.load_s = time.perf_counter() - t0
 
     def start_background(self) -> threading.Thread:
@@ -121,9 +127,15 @@ class InferenceStack:
             self._thread.start()
         return self._thread
 
+    def model_ready(self) -> bool:
+        """Some model backend (not the rule) can decide now."""
+        return any(b.ready() for b in self.router.backends if b is not self.rule)
+
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """A task that arrives before its model waits (bounded by inference.model_wait_s)."""
-        return self.router.wait_ready(self.settings.model_wait_s if timeout is None else timeout)
+        """A task that arrives before its model waits (bounded by inference.model_wait_s);
+        False after the wait: the task then runs on whatever is ready (at worst the rule)."""
+        return self.bus.wait_until(self.model_ready, self.settings.model_wait_s
+                                   if timeout is None else timeout)
 
     # -- model.update ---------------------------------------------------------------------
     def update_model(self, path: Path, sha256: str, version: str | None = None) -> CachedModel:
