@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import StopLatch
@@ -73,12 +74,12 @@ GC = GcWatch()
 class ProfilingHost(ExecutorHost):
     """An ExecutorHost that keeps the slowest ticks (and, optionally, their profiles)."""
 
-    profile = False
-    keep = 20
-    exclude_gc = False  # keep only ticks without a collection in the slowest list
-    episode = 0
-    slowest: list[TickSample] = []  # a min-heap of the `keep` slowest ticks, all episodes
-    phases: Counter[str] = Counter()  # ticks over 1 ms by phase
+    profile: ClassVar[bool] = False
+    keep: ClassVar[int] = 20
+    exclude_gc: ClassVar[bool] = False  # keep only ticks without a collection in the list
+    episode: ClassVar[int] = 0
+    slowest: ClassVar[list[TickSample]] = []  # min-heap of the `keep` slowest ticks, all episodes
+    phases: ClassVar[Counter[str]] = Counter()  # ticks over 1 ms by phase
 
     def __init__(self, executor: Executor, latch: StopLatch, status_period_us: int) -> None:
         super().__init__(executor, latch, status_period_us)
