@@ -2,6 +2,7 @@
 
     python -m hil.profile_ticks --n 20 --seed 1            # timing + phase of the slowest ticks
     python -m hil.profile_ticks --n 5 --profile --top 5    # + cProfile of the slowest ticks
+    python -m hil.profile_ticks --fault gripper:weak_close --severity-range recoverable
 
 Runs the lock-step episodes of `hil.episodes` (same seeds, same executor) with a host that
 records, for every `Executor.tick`, this thread's CPU time, the wall time, the machine state
@@ -21,6 +22,7 @@ import gc
 import heapq
 import io
 import pstats
+import resource
 import statistics
 import sys
 import time
@@ -49,6 +51,7 @@ class TickSample:
     after: str = field(compare=False)
     events: tuple[str, ...] = field(compare=False)
     gc: str = field(compare=False, default="")  # cyclic collections during the tick
+    os: str = field(compare=False, default="")  # page faults, context switches during the tick
     profile: str = field(compare=False, default="")
 
 
@@ -89,16 +92,20 @@ class ProfilingHost(ExecutorHost):
         before = self.executor.state.value
         n_events = len(self.events)
         n_gc = len(GC.runs)
+        ru0 = resource.getrusage(resource.RUSAGE_THREAD)
         prof = cProfile.Profile() if self.profile else None
         if prof is not None:
             prof.enable()
         out = super().tick(now, frames)
         if prof is not None:
             prof.disable()
+        ru1 = resource.getrusage(resource.RUSAGE_THREAD)
         cpu, wall = self.tick_cpu_s[-1], self.tick_s[-1]
         sample = TickSample(cpu, wall, self.episode, self._index, now, before,
                             self.executor.state.value,
                             tuple(e["type"] for e in self.events[n_events:]))
+        flt, csw = ru1.ru_minflt - ru0.ru_minflt, ru1.ru_nivcsw - ru0.ru_nivcsw
+        sample.os = (f"{flt} page faults " if flt else "") + (f"{csw} preempted" if csw else "")
         sample.gc = " ".join(f"gen{g}:{t * 1e6:.0f}µs" for g, t, _ in GC.runs[n_gc:])
         self._index += 1
         if cpu > 1e-3:
@@ -108,9 +115,7 @@ class ProfilingHost(ExecutorHost):
             pass
         elif len(heap) < self.keep or cpu > heap[0].cpu_s:
             if prof is not None:
-                buf = io.StringIO()
-                pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
-                sample.profile = buf.getvalue()
+                sample.profile = _profile_text(prof)
             if len(heap) < self.keep:
                 heapq.heappush(heap, sample)
             else:
@@ -118,9 +123,22 @@ class ProfilingHost(ExecutorHost):
         return out
 
 
+def _profile_text(prof: cProfile.Profile, lines: int = 20) -> str:
+    """The functions of one tick by own time, in µs (pstats prints milliseconds at best)."""
+    rows = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    out = io.StringIO()
+    out.write(f"{'own µs':>9} {'cum µs':>9} {'calls':>6}  function\n")
+    for (path, line, name), (_, calls, tt, ct, _) in sorted(
+            rows.items(), key=lambda kv: -kv[1][2])[:lines]:
+        where = f"{path.rsplit('/', 2)[-1]}:{line}" if line else ""
+        out.write(f"{tt * 1e6:9.1f} {ct * 1e6:9.1f} {calls:6d}  {name} {where}\n")
+    return out.getvalue()
+
+
 def _phase(s: TickSample) -> str:
     what = ",".join(s.events) if s.events else "steady"
-    return f"{s.before}->{s.after} [{what}]" + (f" gc {s.gc}" if s.gc else "")
+    return (f"{s.before}->{s.after} [{what}]" + (f" gc {s.gc}" if s.gc else "")
+            + (f" os {s.os}" if s.os else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--control-hz", type=float, default=200.0)
+    ap.add_argument("--fault", default=None, help="as hil.episodes, e.g. gripper:weak_close")
+    ap.add_argument("--severity-range", default=None, help="as hil.episodes")
     ap.add_argument("--top", type=int, default=15, help="slowest ticks to list")
     ap.add_argument("--profile", action="store_true", help="cProfile every tick")
     ap.add_argument("--exclude-gc", action="store_true",
@@ -144,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for i in range(args.n):
         ProfilingHost.episode = i
         r = run_episode(robot, args.seed * 100_000 + i, control_hz=args.control_hz,
-                        host_cls=ProfilingHost)
+                        fault=args.fault, severity=args.severity_range, host_cls=ProfilingHost)
         ok += r.success
         cpu += r.tick_cpu_s
     us = sorted(t * 1e6 for t in cpu)
