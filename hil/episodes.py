@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from edge_agent.executor.collector import DeferredCollection
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import StopLatch
 from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy, Policy
@@ -45,6 +46,7 @@ class ExecutorHost:
     """The lock-step host: opens the session, feeds frames through the real SensorHub into the
     Executor and sends the Executor's command frame every control tick.
 
+    Like the daemon's control loop (`RateLoop`), no garbage collection starts inside a tick.
     The status period equals the control period here (not the description's 1 kHz) to keep
     1,000 episodes affordable, so the hub's staleness window is widened to match.
     """
@@ -60,8 +62,13 @@ class ExecutorHost:
         self.tick_cpu_s: list[float] = []  # this thread's CPU time per tick
         self.events: list[dict[str, Any]] = []
         self.commands = 0
+        self._deferred = DeferredCollection()
 
     def tick(self, now: float, frames: Sequence[Frame]) -> list[Message]:
+        with self._deferred:
+            return self._tick(now, frames)
+
+    def _tick(self, now: float, frames: Sequence[Frame]) -> list[Message]:
         out: list[Message] = []
         if not self.opened:
             out += [Hello(deadman_ms=100, status_period_us=self.status_period_us), Enable(True)]
@@ -112,11 +119,15 @@ def _task_done(host: ExecutorHost, task_id: str) -> dict[str, Any] | None:
 def run_episode(robot: RobotDescription, seed: int, *, policy: Policy | None = None,
                 config: ExecutorConfig | None = None, fault: str | None = None,
                 severity: str | float | None = None, control_hz: float = 200.0,
-                timeout_s: float = 60.0) -> EpisodeResult:
-    """One task on a fresh simulated robot; the rig's truth decides whether it really worked."""
+                timeout_s: float = 60.0,
+                host_cls: type[ExecutorHost] | None = None) -> EpisodeResult:
+    """One task on a fresh simulated robot; the rig's truth decides whether it really worked.
+
+    `host_cls` replaces the `ExecutorHost` (hil.profile_ticks plugs in one that profiles ticks).
+    """
     latch = StopLatch()
     ex = Executor(robot, latch, policy, config)
-    host = ExecutorHost(ex, latch, status_period_us=round(1e6 / control_hz))
+    host = (host_cls or ExecutorHost)(ex, latch, status_period_us=round(1e6 / control_hz))
     rig = load_rig(None, robot)
     ls = Lockstep(robot, rig, seed=seed, host=host, host_period_s=1.0 / control_hz)
     ls.run_until_true(lambda: ex.object_samples >= 15, 3.0)

@@ -179,19 +179,35 @@ class ArmKinematics:
             return IKFailure(IKFailureReason.UNREACHABLE,
                              f"no solution for {tuple(xyz)} at pitch {pitch:.3f} rad is {why}")
         if q_seed is not None:
-            best = min(found, key=lambda c: self._motion_time(c[:4], seed))
+            # min() by motion time, written out: this runs for every point of a planned path
+            # on the control thread (the first of equal times wins, as with min()).
+            sp0, sp1, sp2, sp3 = self.speed
+            s0, s1, s2, s3 = seed
+            best, best_t = found[0], math.inf
+            for i, c in enumerate(found):
+                t = max(abs(c[0] - s0) / sp0, abs(c[1] - s1) / sp1, abs(c[2] - s2) / sp2,
+                        abs(c[3] - s3) / sp3)
+                if i == 0 or t < best_t:
+                    best, best_t = c, t
         else:
             best = min(found, key=lambda c: (c[4] != elbow, self._motion_time(c[:4], self.home)))
         return best[:4]
 
     def _fit_all(self, q: Sequence[float], seed: Sequence[float]) -> tuple[float, ...] | None:
-        out = []
-        for i in range(4):
-            f = _fit(q[i], self.lower[i], self.upper[i], seed[i])
-            if f is None:
-                return None
-            out.append(f)
-        return tuple(out)
+        lo, hi = self.lower, self.upper
+        f0 = _fit(q[0], lo[0], hi[0], seed[0])
+        if f0 is None:
+            return None
+        f1 = _fit(q[1], lo[1], hi[1], seed[1])
+        if f1 is None:
+            return None
+        f2 = _fit(q[2], lo[2], hi[2], seed[2])
+        if f2 is None:
+            return None
+        f3 = _fit(q[3], lo[3], hi[3], seed[3])
+        if f3 is None:
+            return None
+        return (f0, f1, f2, f3)
 
     def _motion_time(self, q: Sequence[float], start: Sequence[float]) -> float:
         sp = self.speed
@@ -206,6 +222,8 @@ def _fit(theta: float, lo: float, hi: float, seed: float) -> float | None:
         return None
     best = v
     v += _TWO_PI
+    if v > hi:  # the usual case: limits narrower than a turn, one candidate
+        return best
     while v <= hi:  # only when the limits span more than one turn
         if abs(v - seed) < abs(best - seed):
             best = v
