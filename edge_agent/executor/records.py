@@ -136,6 +136,7 @@ class Counters:
     collisions: int = 0
     jog_lost: int = 0
     no_measurement: int = 0
+    stale_decisions: int = 0  # answered after their attempt ended (dropped)
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)

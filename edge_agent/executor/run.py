@@ -80,6 +80,7 @@ class TaskRunner:
         self._path: PathController | None = None
         self._grip: GripController | None = None
         self._next_decision = 0.0
+        self._pending: tuple[Any, Observation, Attempt | None] | None = None
         self._prev_obs = (0.0, 0.0, 0.0)  # t, gripper opening, grip force at the last decision
         self._now = 0.0
         self._last: Measured | None = None
@@ -225,6 +226,10 @@ class TaskRunner:
                                       f"grip force {f:.2f} N while carrying")
             else:
                 att.low_force_since = None
+        if self._pending is not None:  # a decision in flight (a remote backend): poll it
+            out = self._poll_pending(now, m)
+            if out is not None:
+                return out
         if now >= self._next_decision:
             self._next_decision = now + self._decision_period
             out = self._decide(now, m)
@@ -264,11 +269,47 @@ class TaskRunner:
         return Observation(spec.state, tuple(v))
 
     def _decide(self, now: float, m: Measured) -> Command | None:
+        """One decision. A policy with `begin(obs)` (the inference router) is never waited
+        for: a decision still in flight is polled on the next ticks and applied when it comes —
+        to the attempt it was asked for, or dropped if that attempt has ended."""
+        if self._pending is not None:
+            return None  # the previous decision is still in flight: this slot is skipped
         obs = self.observe(now, m)
+        begin = getattr(self.policy, "begin", None)
+        if begin is None:
+            try:
+                action = self.policy.decide(obs)
+            except Exception:  # a broken policy is an inference failure, not a crash
+                action = None
+            return self._apply(now, m, obs, action)
         try:
-            action = self.policy.decide(obs)
-        except Exception:  # a broken policy is an inference failure, not a crash
-            action = None
+            pending = begin(obs)
+            done = pending.poll()
+        except Exception:
+            return self._apply(now, m, obs, None)
+        if done:
+            return self._apply(now, m, obs, pending.action)
+        self._pending = (pending, obs, self._attempt)
+        return None
+
+    def _poll_pending(self, now: float, m: Measured) -> Command | None:
+        assert self._pending is not None
+        pending, obs, att = self._pending
+        if att is not self._attempt:  # the attempt it was asked for is over
+            self._pending = None
+            self.counters.stale_decisions += 1
+            return None
+        try:
+            done = pending.poll()
+        except Exception:
+            done, pending = True, None
+        if not done:
+            return None
+        self._pending = None
+        return self._apply(now, m, obs, pending.action if pending is not None else None)
+
+    def _apply(self, now: float, m: Measured, obs: Observation, action: object
+               ) -> Command | None:
         if not isinstance(action, Action) or not all(math.isfinite(x) for x in obs.vector):
             self.counters.inference_failures += 1
             self._sink(obs, None, False)
