@@ -463,24 +463,39 @@ class Daemon:
             self._prespawned.abandon()
             self._prespawned = None
         _log.info("stopping")
+        t0 = last = time.monotonic()
+        took: dict[str, float] = {}
+
+        def step(name: str) -> None:
+            nonlocal last
+            now = time.monotonic()
+            took[name] = round((now - last) * 1e3, 1)
+            last = now
+
         if self.loop is not None:
             self.loop.stop()
+        step("control_loop")
         if self.inference is not None:
             self.inference.stop()
         if self.decisions is not None:
             self.decisions.stop()
+        step("inference_journal")
         if self.guardian is not None:
             with contextlib.suppress(LinkError):
                 self.guardian.send(self._hold)
             self.guardian.stop()
+        step("guardian")
         self.publisher.stop()
+        step("mqtt_socket")
         self.save_snapshot()
         self.writer.stop()
+        step("snapshot")
         if self.rig is not None:
             self.rig.stop()
+        step("sim_rig")
         persist.mark_clean_shutdown(self.state_dir)
         self.notifier.close()
-        _log.info("stopped")
+        _log.info("stopped", stop_ms=round((time.monotonic() - t0) * 1e3, 1), steps_ms=took)
 
 
 def run(config: Config, *, sim: bool = False, eager: bool = False,
