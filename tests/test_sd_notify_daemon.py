@@ -260,8 +260,12 @@ def test_a_start_up_failure_after_the_early_spawn_leaves_no_guardian_behind(
         cfg = load_config(REPO / "configs" / "sim.toml",
                           [f"state_dir={tmp_path / 'state2'}", f"link.port={tty}"])
         early = spawn(spec_from_config(cfg, tty))
-        assert _guardians_on(tty) == [early.proc.pid]
-        Daemon(cfg, prespawned=early).stop()
-        assert early.proc.poll() is not None and _guardians_on(tty) == []
+        try:
+            assert early.proc.poll() is None
+            wait_until(lambda: _guardians_on(tty) == [early.proc.pid], 10, "the early guardian")
+            Daemon(cfg, prespawned=early).stop()
+            assert early.proc.poll() is not None and _guardians_on(tty) == []
+        finally:  # never leave it holding a pty number the next test's rig may get
+            early.abandon()
     finally:
         rig.stop()

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import queue
-import socket
 import threading
 import time
 import uuid
@@ -24,6 +23,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 
+from edge_agent.comms.jsonline import CommandTimeout, CommandTransportError, json_line_request
 from edge_agent.comms.mqtt_common import (
     TlsOptions,
     Topics,
@@ -34,15 +34,6 @@ from edge_agent.comms.mqtt_common import (
     set_nodelay,
     to_payload,
 )
-from edge_agent.errors import EdgeAgentError
-
-
-class CommandTimeout(EdgeAgentError):
-    """No reply arrived within the timeout (the command may or may not have run)."""
-
-
-class CommandTransportError(EdgeAgentError):
-    """Neither the control socket nor the broker could be used (refused, auth, no route)."""
 
 
 @dataclass(frozen=True)
@@ -97,38 +88,6 @@ def send_command(name: str, payload: Mapping[str, Any] | str | None = None, *,
 
 def _via_socket(path: Path, name: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
     return json_line_request(path, {**body, "cmd": name}, timeout, what=name)
-
-
-def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], timeout: float,
-                      *, what: str = "request") -> dict[str, Any]:
-    """One JSON line to a Unix stream socket, one JSON-object line back (the daemon's control
-    socket and the simulated robot's speak this). Raises CommandTimeout/CommandTransportError."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
-        try:
-            sock.connect(os.fspath(path))
-        except OSError as exc:
-            raise CommandTransportError(f"control socket {path}: {exc}") from exc
-        try:
-            sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
-            with sock.makefile("rb") as reader:
-                line = reader.readline()
-        except TimeoutError:
-            raise CommandTimeout(f"no reply to {what} within {timeout:g} s") from None
-        except OSError as exc:
-            raise CommandTransportError(f"control socket {path}: {exc}") from exc
-    finally:
-        sock.close()
-    if not line:
-        raise CommandTransportError(f"control socket {path} closed without a reply")
-    try:
-        reply = json.loads(line)
-    except ValueError as exc:
-        raise CommandTransportError(f"control socket {path}: reply is not JSON") from exc
-    if not isinstance(reply, dict):
-        raise CommandTransportError(f"control socket {path}: reply is not an object")
-    return reply
 
 
 def _via_mqtt(target: MqttTarget, name: str, body: dict[str, Any],

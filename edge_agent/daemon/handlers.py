@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
-from edge_agent.comms.client import json_line_request
+from edge_agent.comms.jsonline import json_line_request
 from edge_agent.errors import EdgeAgentError
 from edge_agent.executor.latch import ResetRefused, StopCause
 from edge_agent.executor.records import CommandResult

@@ -7,16 +7,17 @@ every few seconds), so the control loop and the link reader only set a flag.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
-from edge_agent.comms.mqtt_bridge import MqttBridge
-from edge_agent.comms.mqtt_common import TlsOptions
 from edge_agent.executor.latch import StopCause
 from edge_agent.log import get_logger
 
 if TYPE_CHECKING:
+    from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.daemon.app import Daemon
 
 _log = get_logger(__name__)
@@ -37,8 +38,24 @@ class Publisher:
         self._last_telemetry_at = 0.0
         self.events_sent = 0
         self._stopping = False
+        self._lock = threading.Lock()
+        self._early: deque[dict[str, Any]] | None = deque(maxlen=1000)  # before the bridge
+        self._starter: threading.Thread | None = None
 
     def start(self) -> None:
+        """The control socket now; MQTT on a thread of its own (importing paho is ~30 ms of the
+        start-up budget): its connect starts right away and never delays READY. Events
+        published before the bridge exists wait in a bounded buffer and go out in order."""
+        d = self.d
+        self.socket = ControlSocketServer(d.api, d.state_dir / SOCKET_NAME, on_estop=self.on_estop)
+        self.socket.start()
+        self._starter = threading.Thread(target=self._start_mqtt, name="mqtt-start", daemon=True)
+        self._starter.start()
+
+    def _start_mqtt(self) -> None:
+        from edge_agent.comms.mqtt_bridge import MqttBridge
+        from edge_agent.comms.mqtt_common import TlsOptions
+
         d, m = self.d, self.d.cfg.mqtt
         tls = None
         if m.tls.enabled:
@@ -46,19 +63,28 @@ class Publisher:
                              cert_file=str(m.tls.cert_file) if m.tls.cert_file else None,
                              key_file=str(m.tls.key_file) if m.tls.key_file else None,
                              server_hostname_check=not m.tls.insecure)
-        self.bridge = MqttBridge(
-            d.api, device_id=d.cfg.device.id, host=m.host, port=m.port,
-            username=m.username or d.cfg.device.id,
-            password=m.password.reveal() if m.password else None, tls=tls,
-            topic_prefix=m.topic_prefix or None, fleet_estop_topic=m.fleet_topic,
-            protocol=m.protocol, keepalive=m.keepalive_s, max_queued=m.max_queued,
-            reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
-            boot_id=d.boot_id, config_hash=d.cfg.hash,
-            telemetry_min_interval_s=1.0 / m.telemetry_hz if m.telemetry_hz > 0 else 3600.0,
-            on_estop=self.on_estop, on_connection=self._on_connection)
-        self.socket = ControlSocketServer(d.api, d.state_dir / SOCKET_NAME, on_estop=self.on_estop)
-        self.socket.start()
-        self.bridge.start()
+        try:
+            bridge = MqttBridge(
+                d.api, device_id=d.cfg.device.id, host=m.host, port=m.port,
+                username=m.username or d.cfg.device.id,
+                password=m.password.reveal() if m.password else None, tls=tls,
+                topic_prefix=m.topic_prefix or None, fleet_estop_topic=m.fleet_topic,
+                protocol=m.protocol, keepalive=m.keepalive_s, max_queued=m.max_queued,
+                reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
+                boot_id=d.boot_id, config_hash=d.cfg.hash,
+                telemetry_min_interval_s=1.0 / m.telemetry_hz if m.telemetry_hz > 0 else 3600.0,
+                on_estop=self.on_estop, on_connection=self._on_connection)
+        except Exception:
+            _log.exception("mqtt_bridge_failed")
+            return
+        with self._lock:
+            if self._stopping:
+                return
+            early, self._early = self._early, None
+            for ev in early or ():
+                bridge.publish_event(ev)
+            self.bridge = bridge
+            bridge.start()
 
     def on_estop(self, source: str) -> None:
         """Called in paho's (or the socket's) thread before the command is parsed."""
@@ -74,6 +100,14 @@ class Publisher:
               **fields}
         _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
         self.events_sent += 1
+        if self.bridge is not None:
+            if not self._stopping:
+                self.bridge.publish_event(ev)
+            return
+        with self._lock:
+            if self.bridge is None and self._early is not None:  # MQTT still starting
+                self._early.append(ev)
+                return
         if self.bridge is not None and not self._stopping:
             self.bridge.publish_event(ev)
 
@@ -115,7 +149,8 @@ class Publisher:
             self.bridge.publish_telemetry(self.d.telemetry())
 
     def stop(self) -> None:
-        self._stopping = True
+        with self._lock:
+            self._stopping = True
         if self.socket is not None:
             self.socket.stop()
         if self.bridge is not None:
