@@ -81,6 +81,11 @@ def check(v: dict[str, Values], ctx: LoadContext) -> None:
         raise ctx.fail("control.spin_s", ctl["spin_s"],
                        f"must be under half the control period ({period_ms / 2:g} ms)")
     link = v["link"]
+    if ctl["priority"] > 0 and link["guardian_priority"] > 0 and (
+            ctl["priority"] >= link["guardian_priority"]):
+        raise ctx.fail("control.priority", ctl["priority"],
+                       f"must be below link.guardian_priority ({link['guardian_priority']}): "
+                       "the e-stop path must preempt the control loop, never the reverse")
     if link["deadman_ms"] < 2 * period_ms:
         raise ctx.fail("link.deadman_ms", link["deadman_ms"],
                        f"must be at least 2 control periods ({2 * period_ms:g} ms at "

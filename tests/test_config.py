@@ -119,6 +119,8 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("control", "decision_hz", "0", "must be > 0"),
     ("control", "spin_s", "0.004", "under half the control period (2.5 ms)"),
     ("control", "no_spin", '"yes"', "must be true or false"),
+    ("control", "priority", "30", "must be below link.guardian_priority (30)"),
+    ("control", "priority", "50", "must be >= 0 and <= 49"),
     ("executor", "max_attempts", "0", "must be >= 1 and <= 10"),
     ("executor", "l3_threshold", "0", "must be >= 1"),
     ("executor", "tool_tolerance_m", "0", "must be > 0"),

@@ -177,7 +177,8 @@ class Daemon:
             # whatever the daemon's own command stream does — as an e-stop if one was saved.
             self._send_stop(next((c for c in saved_causes if c in ESTOP_CAUSES), saved_causes[0]))
         self.loop = RateLoop(self._tick, cfg.control.rate_hz,
-                             spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s)
+                             spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s,
+                             priority=cfg.control.priority)
         self.loop.start()
         mark("control_loop")
         register_handlers(self)

@@ -176,7 +176,8 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "executor": d.executor.status(),
         "journal": d.decisions.stats() if d.decisions is not None else None,
         "inference": d.inference.status() if d.inference is not None else None,
-        "link": d.mirror.summary(), "loop": d.loop.stats.as_dict() if d.loop else None,
+        "link": d.mirror.summary(),
+        "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling} if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),
     }

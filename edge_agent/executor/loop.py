@@ -10,6 +10,7 @@ after it, not as a multi-millisecond pause in the middle of the control period.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -46,7 +47,8 @@ class RateLoop:
     """Runs `tick(now, index)` at `rate_hz` in its own thread until `stop()`."""
 
     def __init__(self, tick: TickFn, rate_hz: float, *, spin_s: float = 0.0002,
-                 name: str = "control", late_tolerance_s: float | None = None) -> None:
+                 name: str = "control", late_tolerance_s: float | None = None,
+                 priority: int = 0) -> None:
         if not 1.0 <= rate_hz <= 2000.0:
             raise ValueError(f"rate_hz must be within 1..2000, got {rate_hz}")
         self._tick = tick
@@ -57,6 +59,8 @@ class RateLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._paused = threading.Event()  # tests: make the loop hang to prove the watchdog
+        self.priority = priority  # SCHED_FIFO for this thread only; 0 = normal scheduling
+        self.scheduling = "SCHED_OTHER"  # what the thread really got (set when it starts)
 
     def start(self) -> None:
         self._thread.start()
@@ -82,7 +86,21 @@ class RateLoop:
         else:
             self._paused.clear()
 
+    def _set_priority(self) -> None:
+        """Real-time priority for the loop thread alone (Linux: pid 0 is the calling thread).
+        Without it, on a loaded machine the scheduler preempts a tick for milliseconds; the
+        link guardian stays above it (its priority is higher), the other threads below."""
+        if self.priority <= 0:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.priority))
+            self.scheduling = f"SCHED_FIFO {self.priority}"
+        except (OSError, AttributeError) as exc:  # no CAP_SYS_NICE / RLIMIT_RTPRIO: run anyway
+            self.scheduling = f"SCHED_OTHER (SCHED_FIFO {self.priority} refused: {exc})"
+            _log.warning("control_priority_refused", priority=self.priority, error=str(exc))
+
     def _run(self) -> None:
+        self._set_priority()
         period, spin, st = self.period, self._spin, self.stats
         mono, sleep = time.monotonic, time.sleep
         deferred = DeferredCollection()
