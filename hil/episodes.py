@@ -133,7 +133,7 @@ def run_episode(robot: RobotDescription, seed: int, *, policy: Policy | None = N
     ls.run_until_true(lambda: ex.object_samples >= 15, 3.0)
     sev = None
     if fault is not None:
-        target, _, mode = fault.partition(":")
+        target, _, mode = fault.rpartition(":")  # sensor:<channel>:<mode> has two colons
         sev = ls.inject(target, mode, severity=severity)["severity"]
     reply = ex.start_task(ls.now, "t1")
     if not reply.ok:

@@ -45,3 +45,10 @@ def test_permanent_fault_reaches_diagnostic_at_exactly_the_l3_threshold(
     assert main(["--permanent", "--seed", "3"]) == 0
     out = capsys.readouterr().out
     assert "consecutive failed attempts 5; diagnostic: True" in out
+
+
+def test_a_sensor_fault_names_its_channel_and_is_injected() -> None:
+    # "sensor:<channel>:<mode>" has two colons: the mode is after the last one
+    r = run_episode(ROBOT, 930_000, fault="sensor:wrist_force:stuck")
+    assert r.severity == 1.0
+    assert r.outcome == "failed" and "grasp:grip_weak" in r.failures and r.drops == 0
