@@ -127,8 +127,8 @@ class Run:
             ready_ms = (self.t_ready - t0) * 1e3
             rss_ready = _rss_kib(proc.pid)
             end = time.monotonic() + 60
-            while (self._event("estimators_ready") is None or self._event("ready") is None) \
-                    and time.monotonic() < end:
+            while (self._event("estimators_ready") is None or self._event("ready") is None
+                   or self._event("policy_ready") is None) and time.monotonic() < end:
                 time.sleep(0.02)
             rss = _rss_kib(proc.pid)
             ready = self._event("ready") or {}
@@ -148,6 +148,8 @@ class Run:
         return {"eager": self.eager, "ready_ms": ready_ms,
                 "startup_ms_logged": ready.get("startup_ms"), "link_up": ready.get("link_up"),
                 "phases_ms": ready.get("phases_ms") or {},
+                # READY → the policy model can decide (lazy: built and loaded after READY)
+                "policy_ms": (self._event("policy_ready") or {}).get("ms"),
                 "link_up_ms": self._link_up_ms(t0),
                 "rss_ready_mib": rss_ready.get("VmRSS", 0) / 1024,
                 "rss_loaded_mib": rss.get("VmRSS", 0) / 1024,
@@ -251,6 +253,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'lazy_link_up_ms':22s} median {s['median']:7.1f}  P90 {s['p90']:7.1f}  "
               f"min {s['min']:7.1f}  max {s['max']:7.1f}  (n={s['n']}; "
               "spawn → the guardian's tty open)")
+    pol = [float(r["policy_ms"]) for r in results if not r["eager"] and r["policy_ms"]]
+    if pol:
+        s = _summary(pol)
+        summary["lazy_ready_to_policy_ms"] = s
+        print(f"{'lazy READY->policy ms':22s} median {s['median']:7.1f}  P90 {s['p90']:7.1f}  "
+              f"min {s['min']:7.1f}  max {s['max']:7.1f}  (n={s['n']}; model loaded + warm-up, "
+              "first decision possible)")
     phases: dict[str, list[float]] = {}
     for r in results:
         if not r["eager"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 import sys
 import threading
@@ -126,6 +127,7 @@ class Daemon:
         self._stopped = False
         self._send_errors = 0
         self._background_done = threading.Event()
+        self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
     def _journal_decision(self, decision: dict[str, Any]) -> None:
         if self.decisions is not None and self._journal_executor_decisions:
@@ -194,10 +196,13 @@ class Daemon:
         mark("link_up")
         self._ready(restored)
         if not self.eager:
-            threading.Thread(target=self._background_work, name="startup-bg",
-                             daemon=True).start()
+            self._bg_threads.append(threading.Thread(
+                target=self._background_work, name="startup-bg", daemon=True))
+            self._bg_threads[-1].start()
         # -- lifecycle helper: rest calibration (daemon/calibrator.py), after READY on both paths
-        threading.Thread(target=self._calibrate, name="calibration", daemon=True).start()
+        self._bg_threads.append(threading.Thread(target=self._calibrate, name="calibration",
+                                                 daemon=True))
+        self._bg_threads[-1].start()
 
     def _wait_first_link(self, port: str) -> None:
         waited = self.cfg.link.hello_timeout_s
@@ -211,7 +216,13 @@ class Daemon:
     def _calibrate(self) -> None:
         from edge_agent.daemon.calibrator import calibrate_daemon
 
-        self._background_done.wait(60.0)  # after the estimators: one heavy thing at a time
+        # after the estimators: one heavy thing at a time; not at all once stopping
+        deadline = time.monotonic() + 60.0
+        while not self._background_done.wait(0.05):
+            if self._stopped or self._stop_event.is_set() or time.monotonic() > deadline:
+                break
+        if self._stopped or self._stop_event.is_set():
+            return
         calibrate_daemon(self)
     # -- end lifecycle helper
 
@@ -295,6 +306,9 @@ class Daemon:
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
         self._start_inference()  # first: a task that arrives early waits for the model
+        if self._stopped or self._stop_event.is_set():
+            self._background_done.set()
+            return
         if self.decisions is not None:
             try:
                 report = self.decisions.open()  # scans (and repairs) the newest segment's tail
@@ -434,6 +448,9 @@ class Daemon:
     def _on_sigusr1(self, signum: int, frame: FrameType | None) -> None:
         self.estop(StopCause.ESTOP_SIGNAL)
 
+    def background_busy(self) -> bool:
+        return any(t.is_alive() for t in self._bg_threads)
+
     def healthy(self, now: float) -> bool:
         """Watchdog condition: the control loop and the link reader are alive and on time."""
         return (self.loop is not None and self.loop.on_time(now)
@@ -494,6 +511,11 @@ class Daemon:
         if self.rig is not None:
             self.rig.stop()
         step("sim_rig")
+        # Start-up work may still be inside a native import or session creation (onnxruntime,
+        # scipy): the interpreter must not be finalized under it (that aborts the process).
+        for t in self._bg_threads:
+            t.join(timeout=max(0.0, 1.0 - (time.monotonic() - t0)))
+        step("background")
         persist.mark_clean_shutdown(self.state_dir)
         self.notifier.close()
         _log.info("stopped", stop_ms=round((time.monotonic() - t0) * 1e3, 1), steps_ms=took)
@@ -504,4 +526,14 @@ def run(config: Config, *, sim: bool = False, eager: bool = False,
     """`edge-agent run`: run the daemon in the foreground until SIGTERM/SIGINT."""
     for w in config.warnings:
         _log.warning("config_warning", warning=w)
-    return Daemon(config, sim=sim, eager=eager, prespawned=prespawned).run_forever()
+    d = Daemon(config, sim=sim, eager=eager, prespawned=prespawned)
+    rc = d.run_forever()
+    if d.background_busy():
+        # Everything is stopped and persisted; a start-up thread is still in native code (an
+        # import or a session load): leave without finalizing the interpreter under it.
+        _log.warning("exit_with_background_work_running",
+                     threads=[t.name for t in d._bg_threads if t.is_alive()])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
