@@ -95,10 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = ControlServer(args.control_socket, ControlHandler(fws, lock, rt.info))
         server.start()
 
-    stop = threading.Event()
+    stopping: list[int] = []
 
     def _on_signal(signum: int, frame: object) -> None:
-        stop.set()
+        # Only a flag: Event.set() here deadlocked when the signal interrupted Event.wait()
+        # on the same event (the rig then outlived its tests, spinning, for ever).
+        stopping.append(signum)
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
@@ -109,7 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"rig: {robot.name}, {len(fws)} robot(s), tick {tick} us, seed {args.seed}, "
           f"control {args.control_socket or '-'}", file=sys.stderr, flush=True)
     try:
-        while not stop.wait(0.5):
+        while not stopping:
+            time.sleep(0.1)  # a signal interrupts it; the handler above has run by then
+            if stopping:
+                break
             if not rt.running:
                 print("rig: real-time thread died", file=sys.stderr)
                 return 1

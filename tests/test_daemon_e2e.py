@@ -8,11 +8,12 @@ while the button is pressed, and the Last Will `offline` after `kill -9`.
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
 import pytest
-from daemon_proc import DaemonProc
+from daemon_proc import REPO, DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 
 
@@ -165,3 +166,34 @@ def test_pick_place_over_mqtt_then_estop_mid_task_freezes_and_resume_finishes(
         assert done["task_id"] == "job-2" and done["outcome"] == "success", done
     finally:
         d.stop()
+
+
+def test_signals_go_through_a_thread_sigusr1_estops_and_a_sigterm_storm_still_stops(
+        tmp_path: Path) -> None:
+    """SIGUSR1 is an e-stop; many SIGTERMs in a burst (systemd, then an impatient operator) end
+    in one controlled stop. A Python handler that took a lock the interrupted thread held would
+    hang the daemon here (the simulated robot's handler did)."""
+    d = DaemonProc(tmp_path, None).start()
+    try:
+        d.wait_ready()
+        assert d.proc is not None
+        for _ in range(20):  # a SIGUSR1 burst: one e-stop, no hang
+            os.kill(d.proc.pid, signal.SIGUSR1)
+        wait_until(lambda: d.socket_cmd("status")["result"]["mode"] == "estop", 30, "estop")
+        assert "estop_signal" in d.socket_cmd("status")["result"]["stop"]["causes"]
+        for _ in range(50):
+            os.kill(d.proc.pid, signal.SIGTERM)
+        d.proc.wait(30)
+        assert d.proc.returncode == 0, "\n".join(d.lines[-20:])
+        assert d.events("stopped")
+    finally:
+        d.stop()
+
+
+def test_the_simulated_robot_stops_on_a_signal_burst(tmp_path: Path) -> None:
+    from edge_agent.daemon.simrig import start_sim_rig
+
+    rig = start_sim_rig(REPO / "configs" / "robot" / "edge-arm-4.toml", tmp_path)
+    for _ in range(50):
+        rig.proc.send_signal(signal.SIGTERM)
+    assert rig.proc.wait(10) == 0

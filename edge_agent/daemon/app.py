@@ -426,9 +426,7 @@ class Daemon:
         self._stop_event.set()
 
     def run_forever(self) -> int:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGUSR1, self._on_sigusr1)
+        self._install_signals()
         try:
             self.start()
         except EdgeAgentError as exc:
@@ -442,11 +440,36 @@ class Daemon:
         self.stop()
         return 0
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._stop_event.set()
+    def _install_signals(self) -> None:
+        """SIGTERM/SIGINT: controlled stop; SIGUSR1: e-stop. The kernel's signal number goes
+        down a pipe (set_wakeup_fd, async-signal-safe) to a thread of its own, which acts on it.
+        A Python-level handler must never take a lock the interrupted main thread may hold:
+        `Event.set()` from a handler that interrupted `Event.wait()` on the same event
+        deadlocks (the simulated robot did exactly that), and so could the latch."""
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+        threading.Thread(target=self._signal_thread, args=(r,), name="signals",
+                         daemon=True).start()
 
-    def _on_sigusr1(self, signum: int, frame: FrameType | None) -> None:
-        self.estop(StopCause.ESTOP_SIGNAL)
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        return None  # the wakeup fd carries it to _signal_thread; nothing here may block
+
+    def _signal_thread(self, fd: int) -> None:
+        while True:
+            try:
+                data = os.read(fd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum == signal.SIGUSR1:
+                    self.estop(StopCause.ESTOP_SIGNAL)
+                elif signum in (signal.SIGTERM, signal.SIGINT):
+                    self._stop_event.set()
 
     def background_busy(self) -> bool:
         return any(t.is_alive() for t in self._bg_threads)
