@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inference_models import bare_scores, bare_session, make_policy, observations
@@ -192,3 +193,48 @@ def test_the_production_model_repository_matches_the_executor() -> None:
     assert cfg.HasField("dynamic_batching")
     assert 0 < cfg.dynamic_batching.max_queue_delay_microseconds <= 500
     assert (ROOT / "models" / "triton" / "policy" / "1").is_dir()
+
+
+@needs_server
+def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_dies(
+        tmp_path: Path) -> None:
+    """The whole daemon (--sim) with the trained policy served by Triton first: the task's
+    decisions come from Triton; the server is killed mid-task and the task still succeeds on
+    the local session with no dropped decision; after a restart Triton decides again."""
+    from daemon_proc import DaemonProc
+    from mosquitto import wait_until
+
+    trained = ROOT / "models" / "pick-place-policy.onnx"
+    server = TritonServer(trained, tmp_path / "triton.log")
+    server.start()
+    d = DaemonProc(tmp_path, None, extra=(f"inference.triton_url={server.url}",
+                                          f"inference.model={trained}")).start()
+    try:
+        server.wait_ready(60.0)
+        d.wait_ready()
+
+        def inference() -> dict[str, Any]:
+            return dict(d.socket_cmd("status")["result"]["inference"] or {})
+
+        wait_until(lambda: inference().get("preferred_ready") == "triton", 60, "triton ready")
+        r = d.socket_cmd("task.start", {"task": "pick_place"})
+        assert r["ok"], r
+        # the first requests may miss the deadline (the server's first run): wait for Triton
+        wait_until(lambda: inference().get("backend_in_use") == "triton"
+                   and inference().get("decisions", 0) >= 20, 60, "20 decisions, from Triton")
+        server.stop(graceful=False)  # SIGKILL mid-task
+        wait_until(lambda: bool([e for e in d.events("event") if e.get("type") == "task_done"]),
+                   90, "the task ends")
+        done = next(e for e in d.events("event") if e.get("type") == "task_done")
+        assert done["outcome"] == "success", done
+        inf = inference()
+        assert inf["backend_in_use"] == "local" and inf["no_decisions"] == 0, inf
+        assert inf["fallbacks"] >= 1
+        server.start()  # same ports
+        server.wait_ready(60.0)
+        wait_until(lambda: inference().get("preferred_ready") == "triton", 60, "triton back")
+        assert d.socket_cmd("task.start", {"task": "pick_place"})["ok"]
+        wait_until(lambda: inference().get("backend_in_use") == "triton", 60, "decisions again")
+    finally:
+        d.stop()
+        server.stop()
