@@ -29,10 +29,14 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent import __version__
 from edge_agent.errors import ConfigError, EdgeAgentError
+
+if TYPE_CHECKING:
+    from edge_agent.config import Config
+    from edge_agent.link.guardian_spawn import Spawned
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_REPLY, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 3, 78, 130
 DEFAULT_CONFIG = "/etc/edge-agent/edge-agent.toml"
@@ -141,7 +145,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print(_config_error(exc, a.config), file=sys.stderr)
         return EXIT_CONFIG
     mark("config")
-    early = _spawn_guardian_early(cfg) if not a.sim and cfg.link.port else None
+    early = None if a.sim else _spawn_guardian_early(cfg)
     mark("guardian_early")
     from edge_agent.logsetup import configure_logging
 
@@ -164,12 +168,14 @@ def _cmd_run(a: argparse.Namespace) -> int:
     return int(rc) if isinstance(rc, int) else EXIT_OK
 
 
-def _spawn_guardian_early(cfg: Any) -> Any:
+def _spawn_guardian_early(cfg: Config) -> Spawned | None:
     """Start the link guardian now, beside the daemon's imports (the daemon adopts it); None
     when it cannot start — the daemon then tries itself and reports why."""
     from edge_agent.errors import LinkError
     from edge_agent.link.guardian_spawn import spawn, spec_from_config
 
+    if not cfg.link.port:
+        return None
     try:
         return spawn(spec_from_config(cfg, cfg.link.port))
     except LinkError:

@@ -114,10 +114,6 @@ def reset() -> None:
     configure()
 
 
-def level_enabled(level: int) -> bool:
-    return level >= _cfg.level or _cfg.capture is not None
-
-
 def _format_exc(exc_info: Any) -> str | None:
     if exc_info is True:
         exc_info = sys.exc_info()

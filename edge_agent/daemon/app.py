@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import signal
 import sys
 import threading
 import time
@@ -21,8 +20,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edge_agent.commands import CommandAPI, JsonFileDedupStore
 from edge_agent.config import Config
@@ -30,8 +28,10 @@ from edge_agent.daemon import persist
 from edge_agent.daemon.handlers import register_handlers
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
+from edge_agent.daemon.policy import DaemonPolicy
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.publisher import Publisher
+from edge_agent.daemon.signals import route_signals
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
 from edge_agent.executor.executor import Executor
@@ -46,9 +46,6 @@ from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
-
-if TYPE_CHECKING:
-    from edge_agent.inference.assembly import InferenceStack
 
 _log = get_logger(__name__)
 
@@ -113,9 +110,9 @@ class Daemon:
         # command or a tick calls back into save_snapshot on the same thread
         self.exec_lock = threading.RLock()
         self._exec_events: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.policy = DaemonPolicy(config, self.executor, self.exec_lock, self.decisions,
+                                   self._exec_events, self.publisher.event)
         self.rig: SimRig | None = None
-        self.inference: InferenceStack | None = None  # built in the background (a model is set)
-        self._journal_executor_decisions = True  # until the policy router journals its own
         self.guardian: GuardianClient | None = None
         self.loop: RateLoop | None = None
         self.startup_ms: float | None = None
@@ -130,7 +127,7 @@ class Daemon:
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
     def _journal_decision(self, decision: dict[str, Any]) -> None:
-        if self.decisions is not None and self._journal_executor_decisions:
+        if self.decisions is not None and not self.policy.router_journals:
             self.decisions.record(decision)  # never blocks, never raises
 
     # -- modes -----------------------------------------------------------------------------
@@ -216,14 +213,11 @@ class Daemon:
     def _calibrate(self) -> None:
         from edge_agent.daemon.calibrator import calibrate_daemon
 
-        # after the estimators: one heavy thing at a time; not at all once stopping
-        deadline = time.monotonic() + 60.0
-        while not self._background_done.wait(0.05):
-            if self._stopped or self._stop_event.is_set() or time.monotonic() > deadline:
-                break
-        if self._stopped or self._stop_event.is_set():
-            return
-        calibrate_daemon(self)
+        # after the estimators: one heavy thing at a time; not at all once stopping (stop()
+        # sets the event too)
+        self._background_done.wait(60.0)
+        if not self._stopped:
+            calibrate_daemon(self)
     # -- end lifecycle helper
 
     def _ready(self, restored: persist.Restored) -> None:
@@ -242,71 +236,11 @@ class Daemon:
         gc.collect()
         gc.freeze()  # start-up garbage out of the collector's way: fewer pauses in the loop
 
-    def _start_inference(self) -> None:
-        """Build the policy stack (its imports are ~10 ms, its sessions much more), hand its
-        router to the executor, load the sessions. Background (or --eager) only."""
-        inf = self.cfg.inference
-        if inf.model is None and inf.triton_url is None:
-            self.background["inference"] = {"ok": True, "policy": "rule (no model configured)"}
-            return
-        from dataclasses import replace
-
-        from edge_agent.inference.assembly import build_stack
-
-        t0 = time.monotonic()
-        try:
-            stack = build_stack(inf, event_sink=self._on_inference_event,
-                                decision_sink=self._journal_inference,
-                                settings_hook=lambda s: replace(
-                                    s, grip_force_band_n=self.cfg.executor.grip_force_band_n))
-            with self.exec_lock:
-                self.executor.policy = stack.router  # decisions from here on go through it
-                self._journal_executor_decisions = False  # the router journals richer records
-            self.inference = stack
-            stack.load()
-        except Exception as exc:  # the rule-based expert keeps deciding
-            self.background["inference"] = {"ok": False, "error": str(exc)}
-            _log.exception("inference_start_failed")
-            return
-        ms = round((time.monotonic() - t0) * 1e3, 1)
-        self.background["inference"] = {"ok": stack.model_ready(), "ms": ms,
-                                        "backend": stack.router.preferred_ready()}
-        self.publisher.event({"type": "policy_ready", "ms": ms, "model_ready": stack.model_ready(),
-                              "backend": stack.router.preferred_ready()})
-
-    def policy_in_use(self) -> str:
-        """The backend that made the last decision (`rule` without a model), for `state`."""
-        stack = self.inference
-        if stack is None:
-            return "rule"
-        return stack.router.backend_in_use or stack.router.preferred_ready() or "none"
-
-    def wait_policy(self, timeout: float) -> bool:
-        """A task that arrives before its model is loaded waits for it (bounded). True when a
-        model backend is ready (or none is configured: the rule decides)."""
-        inf = self.cfg.inference
-        if inf.model is None and inf.triton_url is None:
-            return True
-        deadline = time.monotonic() + timeout
-        while self.inference is None and "inference" not in self.background:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-        stack = self.inference
-        return stack is not None and stack.wait_ready(max(0.0, deadline - time.monotonic()))
-
-    def _on_inference_event(self, ev: Any) -> None:
-        # may run on the control thread: only enqueue (the main thread publishes)
-        self._exec_events.append(ev.as_dict())
-
-    def _journal_inference(self, rec: Any) -> None:
-        if self.decisions is not None:
-            self.decisions.record(rec.as_dict())
-
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
-        self._start_inference()  # first: a task that arrives early waits for the model
-        if self._stopped or self._stop_event.is_set():
+        # first: a task that arrives early waits for the model
+        self.background["inference"] = self.policy.start()
+        if self._stopped:
             self._background_done.set()
             return
         if self.decisions is not None:
@@ -426,7 +360,7 @@ class Daemon:
         self._stop_event.set()
 
     def run_forever(self) -> int:
-        self._install_signals()
+        route_signals(self._stop_event.set, lambda: self.estop(StopCause.ESTOP_SIGNAL))
         try:
             self.start()
         except EdgeAgentError as exc:
@@ -439,37 +373,6 @@ class Daemon:
             self._housekeeping(time.monotonic())
         self.stop()
         return 0
-
-    def _install_signals(self) -> None:
-        """SIGTERM/SIGINT: controlled stop; SIGUSR1: e-stop. The kernel's signal number goes
-        down a pipe (set_wakeup_fd, async-signal-safe) to a thread of its own, which acts on it.
-        A Python-level handler must never take a lock the interrupted main thread may hold:
-        `Event.set()` from a handler that interrupted `Event.wait()` on the same event
-        deadlocks (the simulated robot did exactly that), and so could the latch."""
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-            signal.signal(sig, self._on_signal)
-        threading.Thread(target=self._signal_thread, args=(r,), name="signals",
-                         daemon=True).start()
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        return None  # the wakeup fd carries it to _signal_thread; nothing here may block
-
-    def _signal_thread(self, fd: int) -> None:
-        while True:
-            try:
-                data = os.read(fd, 64)
-            except OSError:
-                return
-            if not data:
-                return
-            for signum in data:
-                if signum == signal.SIGUSR1:
-                    self.estop(StopCause.ESTOP_SIGNAL)
-                elif signum in (signal.SIGTERM, signal.SIGINT):
-                    self._stop_event.set()
 
     def background_busy(self) -> bool:
         return any(t.is_alive() for t in self._bg_threads)
@@ -504,6 +407,7 @@ class Daemon:
             self._prespawned.abandon()
             self._prespawned = None
         _log.info("stopping")
+        self._background_done.set()  # a calibration still waiting for its turn gives up
         t0 = last = time.monotonic()
         took: dict[str, float] = {}
 
@@ -516,8 +420,7 @@ class Daemon:
         if self.loop is not None:
             self.loop.stop()
         step("control_loop")
-        if self.inference is not None:
-            self.inference.stop()
+        self.policy.stop()
         if self.decisions is not None:
             self.decisions.stop()
         step("inference_journal")

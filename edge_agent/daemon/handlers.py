@@ -98,16 +98,16 @@ def register_handlers(d: Daemon) -> None:
         while not ready() and time.monotonic() < deadline:
             time.sleep(0.01)
         # ... and for its policy model, when one is configured and still loading
-        model_ready = d.wait_policy(d.cfg.inference.model_wait_s)
+        model_ready = d.policy.wait(d.cfg.inference.model_wait_s)
         task_id = f"{ctx.id}"
         out = _run(lambda now: d.executor.start_task(
             now, task_id, args.get("task", "pick_place"), params.get("object"),
             params.get("place")), enable=True)
-        out["policy"] = d.policy_in_use()
+        out["policy"] = d.policy.in_use()
         if not model_ready:
-            out["note"] = (f"the policy model was not ready within "
-                           f"{d.cfg.inference.model_wait_s:g} s: decisions from "
-                           f"{d.policy_in_use()} until it is")
+            late = (f"the policy model was not ready within {d.cfg.inference.model_wait_s:g} s: "
+                    f"decisions from {d.policy.in_use()} until it is")
+            out["note"] = f"{out['note']}; {late}" if out.get("note") else late
         return out
 
     def task_cancel(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
@@ -175,7 +175,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
         "executor": d.executor.status(),
         "journal": d.decisions.stats() if d.decisions is not None else None,
-        "inference": d.inference.status() if d.inference is not None else None,
+        "inference": d.policy.status(),
         "link": d.mirror.summary(),
         "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling} if d.loop else None,
         "background": d.background, "mqtt_connected": bool(

@@ -39,7 +39,7 @@ class Publisher:
         self.events_sent = 0
         self._stopping = False
         self._lock = threading.Lock()
-        self._early: deque[dict[str, Any]] | None = deque(maxlen=1000)  # before the bridge
+        self._early: deque[dict[str, Any]] = deque(maxlen=1000)  # before the bridge exists
         self._starter: threading.Thread | None = None
 
     def start(self) -> None:
@@ -80,9 +80,8 @@ class Publisher:
         with self._lock:
             if self._stopping:
                 return
-            early, self._early = self._early, None
-            for ev in early or ():
-                bridge.publish_event(ev)
+            while self._early:
+                bridge.publish_event(self._early.popleft())
             self.bridge = bridge
             bridge.start()
 
@@ -100,16 +99,15 @@ class Publisher:
               **fields}
         _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
         self.events_sent += 1
-        if self.bridge is not None:
-            if not self._stopping:
-                self.bridge.publish_event(ev)
-            return
-        with self._lock:
-            if self.bridge is None and self._early is not None:  # MQTT still starting
-                self._early.append(ev)
-                return
-        if self.bridge is not None and not self._stopping:
-            self.bridge.publish_event(ev)
+        bridge = self.bridge
+        if bridge is None:
+            with self._lock:  # MQTT still starting: keep it for the bridge (bounded)
+                bridge = self.bridge
+                if bridge is None:
+                    self._early.append(ev)
+                    return
+        if not self._stopping:
+            bridge.publish_event(ev)
 
     def state_changed(self) -> None:
         self._dirty = True
@@ -121,7 +119,7 @@ class Publisher:
         out: dict[str, Any] = {"mode": ex.mode, "state": ex.state.value,
                                "degraded": list(d.degraded),
                                "homed": bool(d.mirror.last_status is not None),
-                               "link_up": d.mirror.link_up, "policy": d.policy_in_use()}
+                               "link_up": d.mirror.link_up, "policy": d.policy.in_use()}
         task = ex.task
         if task is not None:
             out["task"] = task

@@ -1,0 +1,110 @@
+"""The daemon's policy: the rule-based expert until the model stack is built and loaded.
+
+With `inference.model` or `inference.triton_url` set, `start()` (on the start-up thread, after
+READY — or before it with `--eager`) builds the inference stack, hands its router to the
+executor and loads the sessions; a task that arrives meanwhile waits for it (`wait`, bounded).
+Without a model, or when building fails, the executor's own `ExpertPolicy` keeps deciding.
+Inference events may come from the control thread: they are only enqueued here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, MutableSequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.config import Config
+    from edge_agent.executor.executor import Executor
+    from edge_agent.inference.assembly import InferenceStack
+    from edge_agent.store.decisions import DecisionJournal
+
+_log = get_logger(__name__)
+
+
+class DaemonPolicy:
+    """Owns the inference stack (None until built) and says which backend decides."""
+
+    def __init__(self, cfg: Config, executor: Executor, exec_lock: threading.RLock,
+                 journal: DecisionJournal | None, events: MutableSequence[dict[str, Any]],
+                 publish: Callable[[dict[str, Any]], None]) -> None:
+        self._cfg = cfg
+        self._executor = executor
+        self._lock = exec_lock
+        self._journal = journal
+        self._events = events  # drained and published by the daemon's main thread
+        self._publish = publish
+        self.configured = cfg.inference.model is not None or cfg.inference.triton_url is not None
+        self.stack: InferenceStack | None = None
+        self.router_journals = False  # the router's records replace the executor's own
+        self.result: dict[str, Any] | None = None  # for status.background
+        self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
+
+    def start(self) -> dict[str, Any]:
+        """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
+        try:
+            self.result = self._start()
+        finally:
+            self._settled.set()
+        return self.result
+
+    def _start(self) -> dict[str, Any]:
+        if not self.configured:
+            return {"ok": True, "policy": "rule (no model configured)"}
+        from edge_agent.inference.assembly import build_stack  # onnxruntime stays lazy
+
+        band = self._cfg.executor.grip_force_band_n
+        t0 = time.monotonic()
+        try:
+            stack = build_stack(self._cfg.inference, event_sink=self._on_event,
+                                decision_sink=self._on_decision,
+                                settings_hook=lambda s: replace(s, grip_force_band_n=band))
+            with self._lock:
+                self._executor.policy = stack.router  # decisions from here on go through it
+                self.router_journals = True
+            self.stack = stack
+            stack.load()
+        except Exception as exc:  # the rule-based expert keeps deciding
+            _log.exception("inference_start_failed")
+            return {"ok": False, "error": str(exc)}
+        ms = round((time.monotonic() - t0) * 1e3, 1)
+        backend = stack.router.preferred_ready()
+        self._publish({"type": "policy_ready", "ms": ms, "model_ready": stack.model_ready(),
+                       "backend": backend})
+        return {"ok": stack.model_ready(), "ms": ms, "backend": backend}
+
+    def in_use(self) -> str:
+        """The backend that made the last decision (`rule` without a model), for `state`."""
+        stack = self.stack
+        if stack is None:
+            return "rule"
+        return stack.router.backend_in_use or stack.router.preferred_ready() or "none"
+
+    def wait(self, timeout: float) -> bool:
+        """A task that arrives before its model is loaded waits for it (bounded). True when a
+        model backend is ready, or when none is configured (the rule decides)."""
+        if not self.configured:
+            return True
+        deadline = time.monotonic() + timeout
+        while self.stack is None:  # not built yet: wait for the start-up thread
+            if self._settled.is_set() or not self._settled.wait(deadline - time.monotonic()):
+                return False
+        return self.stack.wait_ready(max(0.0, deadline - time.monotonic()))
+
+    def status(self) -> dict[str, Any] | None:
+        return self.stack.status() if self.stack is not None else None
+
+    def stop(self) -> None:
+        if self.stack is not None:
+            self.stack.stop()
+
+    def _on_event(self, ev: Any) -> None:
+        self._events.append(ev.as_dict())  # may run on the control thread: only enqueue
+
+    def _on_decision(self, rec: Any) -> None:
+        if self._journal is not None:
+            self._journal.record(rec.as_dict())
