@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, JsonFileDedupStore
 from edge_agent.config import Config
 from edge_agent.daemon import persist
@@ -77,8 +78,12 @@ class Daemon:
     """Owns every moving part; `start()` follows the minimal path, `stop()` is idempotent."""
 
     def __init__(self, config: Config, *, sim: bool = False, eager: bool = False,
-                 prespawned: Spawned | None = None) -> None:
+                 prespawned: Spawned | None = None,
+                 clock: Clock | None = None) -> None:
         self.cfg = config
+        # The time the executor, the latch and the link mirror see (a virtual one in
+        # hil/daemon_lockstep.py); real waits on other threads keep time.monotonic().
+        self.clock: Clock = clock or MonotonicClock()
         self._prespawned = prespawned  # a guardian the CLI started early (adopted in start())
         self.sim = sim
         self.eager = eager
@@ -90,7 +95,7 @@ class Daemon:
             3.0, 3.0 * config.link.status_period_us / 1000.0))
         self.notifier = SystemdNotifier()
         self.publisher = Publisher(self)
-        self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event)
+        self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event, clock=self.clock.now)
         self.writer = StoreWriter(on_error=self._on_store_error)
         self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
         self.api = CommandAPI(self.mode, dedup_window_s=config.mqtt.dedup_window_s,
@@ -139,20 +144,8 @@ class Daemon:
         mark("daemon_init")
         cfg = self.cfg
         sys.setswitchinterval(0.0005)
-        persist.prepare_state_dir(self.state_dir)
-        self.api = CommandAPI(self.mode, dedup_store=JsonFileDedupStore(
-            self.state_dir / "dedup.json"), dedup_window_s=cfg.mqtt.dedup_window_s,
-            reset_min_interval_s=cfg.executor.reset_min_interval_s,
-            failure_injection=cfg.debug.failure_injection)
-        restored = persist.restore(self.state_dir, self.snapshots)
-        now = time.monotonic()
-        self.latch.add_listener(self._on_latch)
-        self.latch.restore(restored.data.get("latch", {}), now)
-        if restored.unclean:
-            self.latch.trip(StopCause.UNCLEAN_RESTART, now)
-        self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
+        restored = self.restore_state()
         mark("restore")
-        self.writer.start()
         port = cfg.link.port
         if self.sim:
             self.rig = start_sim_rig(cfg.robot_file, self.state_dir, rig_config=cfg.sim.rig_config,
@@ -169,12 +162,7 @@ class Daemon:
         early, self._prespawned = self._prespawned, None
         self.guardian.start(prespawned=early)
         mark("guardian_spawn")
-        saved_causes = self.latch.state.causes
-        if saved_causes:
-            # A latch restored from the snapshot (unclean restart, saved e-stop) was tripped
-            # before the guardian existed: latch the new guardian too, so the wire holds
-            # whatever the daemon's own command stream does — as an e-stop if one was saved.
-            self._send_stop(next((c for c in saved_causes if c in ESTOP_CAUSES), saved_causes[0]))
+        self.latch_new_guardian()
         self.loop = RateLoop(self._tick, cfg.control.rate_hz,
                              spin_s=0.0 if cfg.control.no_spin else cfg.control.spin_s,
                              priority=cfg.control.priority)
@@ -201,10 +189,38 @@ class Daemon:
                                                  daemon=True))
         self._bg_threads[-1].start()
 
+    def restore_state(self) -> persist.Restored:
+        """State dir, command API, snapshot → latch and executor (tripped on an unclean
+        restart), the snapshot writer. The first step of start(); the lock-step host
+        (hil/daemon_lockstep.py) runs it too, then wires its own guardian and clock."""
+        cfg = self.cfg
+        persist.prepare_state_dir(self.state_dir)
+        self.api = CommandAPI(self.mode, dedup_store=JsonFileDedupStore(
+            self.state_dir / "dedup.json"), dedup_window_s=cfg.mqtt.dedup_window_s,
+            reset_min_interval_s=cfg.executor.reset_min_interval_s,
+            failure_injection=cfg.debug.failure_injection, clock=self.clock)
+        restored = persist.restore(self.state_dir, self.snapshots)
+        now = self.clock.now()
+        self.latch.add_listener(self._on_latch)
+        self.latch.restore(restored.data.get("latch", {}), now)
+        if restored.unclean:
+            self.latch.trip(StopCause.UNCLEAN_RESTART, now)
+        self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
+        self.writer.start()
+        return restored
+
+    def latch_new_guardian(self) -> None:
+        """A latch restored from the snapshot (unclean restart, saved e-stop) was tripped before
+        the guardian existed: latch the new guardian too, so the wire holds whatever the
+        daemon's own command stream does — as an e-stop if one was saved."""
+        saved_causes = self.latch.state.causes
+        if saved_causes:
+            self._send_stop(next((c for c in saved_causes if c in ESTOP_CAUSES), saved_causes[0]))
+
     def _wait_first_link(self, port: str) -> None:
         waited = self.cfg.link.hello_timeout_s
         if self.mirror.wait_gstate(0.0, timeout=waited, pred=lambda g: g.link_up) is None:
-            self.latch.set_condition(StopCause.LINK_FAULT, True, time.monotonic())
+            self.latch.set_condition(StopCause.LINK_FAULT, True, self.clock.now())
             self.publisher.event({"type": "link_fault", "cause": "no_device", "port": port,
                                   "waited_s": waited})
         else:
@@ -315,14 +331,14 @@ class Daemon:
         if self._stopped:
             return  # we stopped it (or a terminal's Ctrl-C reached it): not a fault
         _log.error("guardian_down", reason=reason)
-        self.latch.set_condition(StopCause.GUARDIAN_LOST, True, time.monotonic())
+        self.latch.set_condition(StopCause.GUARDIAN_LOST, True, self.clock.now())
 
     def _on_guardian_up(self) -> None:
-        self.latch.set_condition(StopCause.GUARDIAN_LOST, False, time.monotonic())
+        self.latch.set_condition(StopCause.GUARDIAN_LOST, False, self.clock.now())
 
     def _on_store_error(self, name: str, exc: BaseException) -> None:
         _log.error("snapshot_write_failed", store=name, error=str(exc))
-        self.latch.trip(StopCause.SNAPSHOT_FAILED, time.monotonic())
+        self.latch.trip(StopCause.SNAPSHOT_FAILED, self.clock.now())
 
     def save_snapshot(self, on_done: Callable[[BaseException | None], None] | None = None
                       ) -> bool:
@@ -334,7 +350,7 @@ class Daemon:
 
     def estop(self, cause: StopCause) -> None:
         """Any e-stop source: latch (the listener sends the stop frame) — and send it again."""
-        now = time.monotonic()
+        now = self.clock.now()
         if not self.latch.trip(cause, now) and self.guardian is not None:
             try:
                 self.guardian.send(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE))

@@ -50,7 +50,7 @@ def register_handlers(d: Daemon) -> None:
             raise CommandRefused(ErrorCode(exc.code), exc.message) from exc
         g = d.guardian
         if g is not None:
-            sent_at = time.monotonic()
+            sent_at = d.clock.now()  # the mirror stamps G_STATEs with this clock
             g.reset()
             answer = d.mirror.wait_gstate(sent_at, timeout=1.0, pred=lambda s: (
                 not s.latched or s.cause == StopReason.RESET_REFUSED))
@@ -69,7 +69,7 @@ def register_handlers(d: Daemon) -> None:
 
     def _run(fn: Callable[[float], CommandResult], *, enable: bool = False) -> dict[str, Any]:
         with d.exec_lock:
-            res = fn(time.monotonic())
+            res = fn(d.clock.now())
             if res.ok and enable:
                 d.enable_drives()  # before the next tick's first setpoint
         d.publisher.state_changed()

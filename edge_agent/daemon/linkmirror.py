@@ -34,7 +34,9 @@ EventSink = Callable[[dict[str, Any]], None]
 class LinkMirror:
     """Consumes guardian frames; keeps what the rest of the daemon asks about the link."""
 
-    def __init__(self, hub: SensorHub, latch: StopLatch, emit: EventSink) -> None:
+    def __init__(self, hub: SensorHub, latch: StopLatch, emit: EventSink, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock  # stamps frames (waits below are real: deadlines on monotonic)
         self._hub = hub
         self._latch = latch
         self._emit = emit
@@ -54,7 +56,7 @@ class LinkMirror:
     # -- reader thread ---------------------------------------------------------------------
     def on_frame(self, frame: Frame) -> None:
         msg = frame.msg
-        now = time.monotonic()
+        now = self._clock()
         self.last_frame_at = now
         self.frames += 1
         if isinstance(msg, Status):
