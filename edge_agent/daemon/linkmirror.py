@@ -22,6 +22,7 @@ from edge_agent.link.codec import (
     Pong,
     Sensor,
     Status,
+    StatusFlag,
     StopReason,
 )
 from edge_agent.log import get_logger
@@ -29,13 +30,16 @@ from edge_agent.sensors.hub import SensorHub
 
 _log = get_logger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
+_ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 
 
 class LinkMirror:
     """Consumes guardian frames; keeps what the rest of the daemon asks about the link."""
 
-    def __init__(self, hub: SensorHub, latch: StopLatch, emit: EventSink) -> None:
+    def __init__(self, hub: SensorHub, latch: StopLatch, emit: EventSink, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._hub = hub
+        self._clock = clock  # host monotonic time; a benchmark passes a virtual one
         self._latch = latch
         self._emit = emit
         self._hw_input = False
@@ -54,13 +58,13 @@ class LinkMirror:
     # -- reader thread ---------------------------------------------------------------------
     def on_frame(self, frame: Frame) -> None:
         msg = frame.msg
-        now = time.monotonic()
+        now = self._clock()
         self.last_frame_at = now
         self.frames += 1
         if isinstance(msg, Status):
             self.last_status = msg
             self._hub.update(msg, now)
-            pressed = msg.estop_input
+            pressed = bool(int(msg.flags) & _ESTOP_BIT)  # msg.estop_input, without enum ops
             if pressed != self._hw_input:
                 self._set_input(pressed, now)
         elif isinstance(msg, Sensor):
