@@ -74,6 +74,28 @@ def test_spike_filter_accepts_a_genuine_step_after_half_a_window() -> None:
     assert verdicts[:2] == [False, False] and all(verdicts[4:])
 
 
+@pytest.mark.parametrize(("dim", "window", "min_samples", "floor"),
+                         [(1, 7, 5, 0.25), (2, 6, 3, 0.0), (3, 4, 4, 0.05), (1, 3, 3, 0.0)])
+def test_spike_filter_decides_as_is_spike(dim: int, window: int, min_samples: int,
+                                          floor: float) -> None:
+    """SpikeFilter.accept (inlined for the hub's 1 kHz path) is is_spike per dimension over the
+    raw window: odd and even windows, flat stretches, steps and spikes."""
+    rng = random.Random(window * 10 + dim)
+    f = SpikeFilter(dim, window=window, k=5.0, floor=floor, min_samples=min_samples)
+    past: list[list[float]] = []
+    for i in range(2000):
+        flat = (i // 100) % 3 == 0
+        sample = [(1.0 if flat else 1.0 + 0.05 * rng.gauss(0, 1)) + (i // 300) * 0.5
+                  for _ in range(dim)]
+        if rng.random() < 0.05:
+            sample[rng.randrange(dim)] += rng.choice((-1.0, 1.0)) * rng.uniform(0.01, 2.0)
+        win = past[-window:]
+        expected = len(win) < min_samples or not any(
+            is_spike([s[d] for s in win], sample[d], 5.0, floor) for d in range(dim))
+        assert f.accept(sample) == expected, i
+        past.append(sample)
+
+
 def test_median_filter_removes_an_impulse() -> None:
     assert median_filter([1.0, 1.0, 9.0, 1.0, 1.0], 3) == [1.0, 1.0, 1.0, 1.0, 1.0]
     m = MedianFilter(2, window=3)

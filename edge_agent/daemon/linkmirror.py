@@ -22,6 +22,7 @@ from edge_agent.link.codec import (
     Pong,
     Sensor,
     Status,
+    StatusFlag,
     StopReason,
 )
 from edge_agent.log import get_logger
@@ -29,6 +30,7 @@ from edge_agent.sensors.hub import SensorHub
 
 _log = get_logger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
+_ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 
 
 class LinkMirror:
@@ -36,8 +38,10 @@ class LinkMirror:
 
     def __init__(self, hub: SensorHub, latch: StopLatch, emit: EventSink, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock  # stamps frames (waits below are real: deadlines on monotonic)
         self._hub = hub
+        # stamps frames: host monotonic time, or a virtual one (lock-step host, benchmark);
+        # the waits below are real (deadlines on time.monotonic)
+        self._clock = clock
         self._latch = latch
         self._emit = emit
         self._hw_input = False
@@ -62,7 +66,7 @@ class LinkMirror:
         if isinstance(msg, Status):
             self.last_status = msg
             self._hub.update(msg, now)
-            pressed = msg.estop_input
+            pressed = bool(int(msg.flags) & _ESTOP_BIT)  # msg.estop_input, without enum ops
             if pressed != self._hw_input:
                 self._set_input(pressed, now)
         elif isinstance(msg, Sensor):

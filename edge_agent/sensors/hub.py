@@ -13,10 +13,15 @@ joint_encoders <- q, joint_currents <- current, gripper_position <- gripper_pos,
 gripper_force (the force sensor behind the fingers), estop_input <- flags.ESTOP_INPUT.
 SENSOR frames map by channel id onto the "sensor" channels.
 
-A filterpy step costs ~60 µs, so an estimator is fed at most `estimator_rate_hz` (default 100
-Hz) samples per second: at 1 kHz the joint encoders and the wrist force would otherwise cost the
-reader thread ~12 % of a core. Predictions extrapolate from the filter's own time, so skipping
-samples costs accuracy only, not timing.
+An estimator is fed at most `estimator_rate_hz` (default 100 Hz) samples per second (a step
+and its state copy cost a few µs of the reader thread; the joint encoders and the wrist force
+at 1 kHz would cost ten times that). Predictions extrapolate from the filter's own time, so
+skipping samples costs accuracy only, not timing.
+
+The STATUS path runs at 1 kHz on the reader thread and competes for the GIL with the control
+loop, so it is lean: per channel a precomputed spec (field, dim, spike filter, offset,
+estimator), finiteness checked with one `sum`, and the estimates tuple rebuilt only when an
+estimate changed. `hil/bench_link_reader.py` measures it.
 
 Threads: one writer (`update`; `set_calibration` and `attach_estimators` may come from any
 thread), any number of readers (`snapshot`). No I/O; time is always passed in.
@@ -27,12 +32,11 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from edge_agent.errors import ConfigError
-from edge_agent.link.codec import EstopEdge, Sensor, Status
+from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
 from edge_agent.robot import RobotDescription
 from edge_agent.sensors.filters import SpikeFilter
 from edge_agent.sensors.readings import (
@@ -45,7 +49,7 @@ from edge_agent.sensors.readings import (
 )
 
 if TYPE_CHECKING:
-    from edge_agent.sensors.kalman import EstimatorBank, EstimatorState
+    from edge_agent.sensors.kalman import ChannelEstimator, EstimatorBank, EstimatorState
 
 STATUS_FIELDS: Mapping[str, Callable[[Status], tuple[float, ...]]] = MappingProxyType({
     "joint_encoders": lambda s: s.q,
@@ -55,10 +59,18 @@ STATUS_FIELDS: Mapping[str, Callable[[Status], tuple[float, ...]]] = MappingProx
     "estop_input": lambda s: (1.0 if s.estop_input else 0.0,),
 })
 DEFAULT_SPIKE_FILTERED = ("object_pose", "wrist_force")
+# The fast STATUS path: each STATUS_FIELDS entry's position in the tuple `update` extracts.
+_FIELD_SLOT = {"joint_encoders": 0, "joint_currents": 1, "gripper_position": 2,
+               "wrist_force": 3, "estop_input": 4}
+assert _FIELD_SLOT.keys() == STATUS_FIELDS.keys()
+_ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
+_NEW_TUPLE = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (same tuple)
+_MEASURED = Source.MEASURED
+_NEG_INF = -math.inf
+_isfinite = math.isfinite
 
 
-@dataclass(frozen=True, slots=True)
-class _State:
+class _State(NamedTuple):
     """What the writer publishes: per channel (description order) the last valid reading."""
 
     readings: tuple[Reading | None, ...]
@@ -66,6 +78,19 @@ class _State:
     status: Status | None  # the last STATUS frame
     dq: tuple[float, ...]  # its last finite joint velocities and gripper current
     gripper_current: float | None
+
+
+class _Spec(NamedTuple):
+    """One channel's per-sample work, resolved once (rebuilt on calibration / estimators)."""
+
+    channel_index: int
+    slot: int  # _FIELD_SLOT of a status channel; -1 otherwise
+    name: str
+    dim: int
+    spike: Callable[[Sequence[float]], bool] | None  # SpikeFilter.accept
+    offset: tuple[float, ...] | None
+    est: ChannelEstimator | None
+    latency_s: float
 
 
 class SensorHub:
@@ -79,14 +104,14 @@ class SensorHub:
         self._n_joints = robot.n_joints
         self._index = {c.name: i for i, c in enumerate(robot.sensors)}
         self._frame_index = tuple(self._index[c.name] for c in robot.frame_sensors)
-        self._status_channels: list[tuple[int, Callable[[Status], tuple[float, ...]]]] = []
+        self._status_channels: list[int] = []
         for i, c in enumerate(robot.sensors):
             if c.source != "status":
                 continue
             if c.name not in STATUS_FIELDS:
                 raise ConfigError("sensors", c.name, "a STATUS frame carries no such channel "
                                   f"(known: {', '.join(STATUS_FIELDS)})", src)
-            self._status_channels.append((i, STATUS_FIELDS[c.name]))
+            self._status_channels.append(i)
         for name in ("joint_encoders", "joint_currents"):
             if name in self._index and robot.sensor(name).dim != robot.n_joints:
                 raise ConfigError("sensors", name, f"dim must equal the {robot.n_joints} joints",
@@ -118,7 +143,22 @@ class SensorHub:
                                         "unknown_channel", "ignored_frames"), 0)
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._state = _State(tuple(self._readings), tuple(self._estimates), None, (), None)
+        self._estimates_t: tuple[EstimatorState | None, ...] = tuple(self._estimates)
+        self._state = _State(tuple(self._readings), self._estimates_t, None, (), None)
+        self._specs: tuple[_Spec, ...] = ()
+        self._status_specs: tuple[_Spec, ...] = ()
+        self._build_specs()
+
+    def _build_specs(self) -> None:
+        """Resolve each channel's filter, offset and estimator (under the write lock, or in
+        __init__): what `_sample` and the STATUS path look up per sample."""
+        bank = self._bank
+        self._specs = tuple(
+            _Spec(i, _FIELD_SLOT.get(c.name, -1) if c.source == "status" else -1, c.name, c.dim,
+                  s.accept if (s := self._spike[i]) is not None else None, self._offsets[i],
+                  bank.get(c.name) if bank is not None else None, c.latency_s)
+            for i, c in enumerate(self._channels))
+        self._status_specs = tuple(self._specs[i] for i in self._status_channels)
 
     # ------------------------------------------------------------------ writer side
 
@@ -132,13 +172,12 @@ class SensorHub:
             status, dq, current = old.status, old.dq, old.gripper_current
             if isinstance(msg, Status):
                 self._counters["status_frames"] += 1
-                t_fw = msg.fw_time_us * 1e-6
-                for i, extract in self._status_channels:
-                    self._sample(i, extract(msg), t_fw, now, True)
+                self._status(msg, now)
                 status = msg
-                if len(msg.dq) == self._n_joints and all_finite(msg.dq):
-                    dq = msg.dq
-                if math.isfinite(msg.gripper_current):
+                mdq = msg.dq
+                if len(mdq) == self._n_joints and (_isfinite(sum(mdq)) or all_finite(mdq)):
+                    dq = mdq
+                if _isfinite(msg.gripper_current):
                     current = msg.gripper_current
             elif isinstance(msg, Sensor):
                 self._counters["sensor_frames"] += 1
@@ -156,31 +195,65 @@ class SensorHub:
             else:
                 self._counters["ignored_frames"] += 1
                 return
-            new = _State(tuple(self._readings), tuple(self._estimates), status, dq, current)
+            new = _NEW_TUPLE(_State, (tuple(self._readings), self._estimates_t, status, dq,
+                                      current))
             with self._lock:
                 self._state = new
 
+    def _status(self, msg: Status, now: float) -> None:
+        """`_sample` for every status channel of one STATUS frame, inlined (1 kHz)."""
+        t_fw = msg.fw_time_us * 1e-6
+        fields = (msg.q, msg.current, (msg.gripper_pos,), (msg.gripper_force,),
+                  (1.0 if int(msg.flags) & _ESTOP_BIT else 0.0,))
+        readings = self._readings
+        invalid = spikes = 0
+        estimated = False
+        for i, slot, name, dim, spike, offset, est, latency_s in self._status_specs:
+            value = fields[slot]
+            # sum() is finite only if every value is; an overflowing sum decides per value.
+            if len(value) != dim or not (_isfinite(sum(value)) or all_finite(value)):
+                invalid += 1
+                continue
+            if spike is not None and not spike(value):
+                spikes += 1
+                continue
+            if offset is not None:
+                value = tuple(v - o for v, o in zip(value, offset, strict=True))
+            readings[i] = _NEW_TUPLE(Reading, (name, value, t_fw, now, True, _MEASURED))
+            if est is not None:
+                t_meas = now - latency_s
+                et = est.t
+                if est.t_measured == _NEG_INF or et is None or t_meas - et >= self._min_est_dt:
+                    est.update(value, t_meas)
+                    self._estimates[i] = est.state()
+                    estimated = True
+        if invalid:
+            self._counters["invalid_samples"] += invalid
+        if spikes:
+            self._counters["spikes_rejected"] += spikes
+        if estimated:
+            self._estimates_t = tuple(self._estimates)
+
     def _sample(self, i: int, value: tuple[float, ...], t_fw: float, now: float,
                 valid: bool) -> None:
-        ch = self._channels[i]
-        if not valid or len(value) != ch.dim or not all_finite(value):
+        """Validate, filter, calibrate and store one sample of channel i (and feed its
+        estimator, at most estimator_rate_hz)."""
+        _, _, name, dim, spike, offset, est, latency_s = self._specs[i]
+        if not valid or len(value) != dim or not all_finite(value):
             self._counters["invalid_samples"] += 1
             return
-        spike = self._spike[i]
-        if spike is not None and not spike.accept(value):
+        if spike is not None and not spike(value):
             self._counters["spikes_rejected"] += 1
             return
-        offset = self._offsets[i]
         if offset is not None:
             value = tuple(v - o for v, o in zip(value, offset, strict=True))
-        self._readings[i] = Reading(ch.name, value, t_fw, now)
-        bank = self._bank
-        est = bank.get(ch.name) if bank is not None else None
+        self._readings[i] = Reading(name, value, t_fw, now)
         if est is not None:
-            t_meas = now - ch.latency_s
+            t_meas = now - latency_s
             if not est.measured or est.t is None or t_meas - est.t >= self._min_est_dt:
                 est.update(value, t_meas)
                 self._estimates[i] = est.state()
+                self._estimates_t = tuple(self._estimates)
 
     def set_calibration(self, offsets: Mapping[str, Sequence[float]]) -> None:
         """Replace the calibration: each listed channel's offset is subtracted from its samples."""
@@ -195,11 +268,13 @@ class SensorHub:
             new[self._index[name]] = vals
         with self._write_lock:
             self._offsets = tuple(new)
+            self._build_specs()
 
     def attach_estimators(self, bank: EstimatorBank) -> None:
         """Start running the Kalman estimators (built in the background after start-up)."""
         with self._write_lock:
             self._bank = bank
+            self._build_specs()
 
     def counters(self) -> dict[str, int]:
         """Frames seen and samples refused, by kind."""

@@ -2,7 +2,8 @@
 
 Kinematic channels (unit m or rad: object pose, joint encoders) use a constant-velocity model,
 the others (wrist force) a constant-position random walk — a force does not keep its trend.
-`ChannelEstimator` wraps `filterpy.kalman.KalmanFilter` with explicit time: `predict(now)`,
+`ChannelEstimator` is a `filterpy.kalman.KalmanFilter` with explicit time, stepped in closed
+form per axis (the model is block-diagonal per axis; see the class): `predict(now)`,
 `update(z, now)` with `z=None` meaning "no measurement", public `x` and `P`, `predicted_for_s`
 and `exceeds_bound()` (predicted past the channel's predict_max_s: the caller stops).
 
@@ -30,6 +31,7 @@ _KINEMATIC_UNITS = ("m", "rad")
 # and the prior std of the velocity at the first measurement ("cv").
 _DEFAULT_Q = {"m": 0.01, "rad": 4.0, "N": 400.0, "A": 25.0}
 _DEFAULT_V0_STD = {"m": 0.5, "rad": 2.0}
+_THIRD = 1.0 / 3.0  # the dt³/3 of the "cv" process noise
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +96,17 @@ class EstimatorState:
 
 
 class ChannelEstimator:
-    """One channel's Kalman filter with explicit time; single-threaded (its owner's thread)."""
+    """One channel's Kalman filter with explicit time; single-threaded (its owner's thread).
+
+    The model is a filterpy `KalmanFilter` (H = [I 0], R = noise_std² I, F(dt) = I + dt D,
+    Q(dt) = q (dt³ Q3 + dt² Q2 + dt Q1)), built here. Every one of those matrices, and the
+    diagonal prior, is block-diagonal per axis, so the filter is n independent 2-state ("cv")
+    or 1-state ("cp") filters: the cross-axis covariances stay exactly zero. `predict` and
+    `update` therefore run filterpy's equations (F P Fᵀ + Q; the Joseph-form update with
+    K = P Hᵀ S⁻¹) in closed form per axis on plain floats — a few µs instead of ~60 µs of small
+    numpy matrices on the link reader thread; tests/test_kalman.py checks the result against
+    filterpy itself. `x` and `P` write the state back into the filterpy filter and copy it.
+    """
 
     def __init__(self, channel: SensorChannel, tuning: EstimatorTuning | None = None) -> None:
         # Heavy imports, here and not at the top: only when an estimator is really built.
@@ -106,35 +118,51 @@ class ChannelEstimator:
         n = channel.dim
         self._n = n
         self._np: Any = numpy
-        dim_x = 2 * n if self.tuning.model == "cv" else n
+        self._cv = self.tuning.model == "cv"
+        dim_x = 2 * n if self._cv else n
         kf = KalmanFilter(dim_x=dim_x, dim_z=n)
         kf.H = numpy.zeros((n, dim_x))
         kf.H[:, :n] = numpy.eye(n)
         kf.R = numpy.eye(n) * max(channel.noise_std, 1e-9) ** 2
         self._kf: Any = kf
-        # F(dt) = I + dt*D and Q(dt) = q*(dt^3*Q3 + dt^2*Q2 + dt*Q1): constant parts built once.
-        eye, zero = numpy.eye(n), numpy.zeros((n, n))
-        if self.tuning.model == "cv":
-            self._eye = numpy.eye(2 * n)
-            self._d = numpy.block([[zero, eye], [zero, zero]])
-            self._q3 = numpy.block([[eye / 3, zero], [zero, zero]])
-            self._q2 = numpy.block([[zero, eye / 2], [eye / 2, zero]])
-            self._q1 = numpy.block([[zero, zero], [zero, eye]])
-        else:
-            self._eye, self._d = eye, zero
-            self._q3, self._q2, self._q1 = zero, zero, eye
+        self._r: list[float] = kf.R.diagonal().tolist()  # per-axis measurement variance
+        self._q = self.tuning.q
+        self._v0_var = self.tuning.v0_std ** 2
+        # Per axis: position, velocity ("cv"), and the 2x2 covariance [[pp, pc], [pc, pv]].
+        self._xp = [0.0] * n
+        self._xv = [0.0] * n
+        self._pp = [1.0] * n  # filterpy's prior P = I, until the first measurement
+        self._pc = [0.0] * n
+        self._pv = [1.0] * n
         self.t: float | None = None
         self.t_measured = -math.inf
+
+    def _sync(self) -> Any:
+        """The filterpy filter with this estimator's state written into it."""
+        np, n, kf = self._np, self._n, self._kf
+        if self._cv:
+            kf.x = np.array(self._xp + self._xv, dtype=float).reshape(-1, 1)
+            idx = np.arange(n)
+            P = np.zeros((2 * n, 2 * n))
+            P[idx, idx] = self._pp
+            P[idx, idx + n] = self._pc
+            P[idx + n, idx] = self._pc
+            P[idx + n, idx + n] = self._pv
+        else:
+            kf.x = np.array(self._xp, dtype=float).reshape(-1, 1)
+            P = np.diag(np.array(self._pp, dtype=float))
+        kf.P = P
+        return kf
 
     @property
     def x(self) -> np.ndarray[Any, Any]:
         """State estimate: positions, then velocities for "cv" (a copy)."""
-        return self._kf.x.ravel().copy()  # type: ignore[no-any-return]
+        return self._sync().x.ravel().copy()  # type: ignore[no-any-return]
 
     @property
     def P(self) -> np.ndarray[Any, Any]:  # filterpy's name
         """State covariance (a copy)."""
-        return self._kf.P.copy()  # type: ignore[no-any-return]
+        return self._sync().P.copy()  # type: ignore[no-any-return]
 
     @property
     def predicted_for_s(self) -> float:
@@ -153,9 +181,20 @@ class ChannelEstimator:
         dt = now - self.t
         if dt <= 0:
             return
-        q = self.tuning.q
-        noise = (q * dt ** 3) * self._q3 + (q * dt * dt) * self._q2 + (q * dt) * self._q1
-        self._kf.predict(F=self._eye + dt * self._d, Q=noise)
+        q = self._q
+        pp = self._pp
+        if self._cv:
+            # F P Fᵀ + Q with F = [[1, dt], [0, 1]], Q = q [[dt³/3, dt²/2], [dt²/2, dt]].
+            q3, q2, q1 = (q * dt ** 3) * _THIRD, (q * dt * dt) * 0.5, q * dt
+            xv, pc, pv = self._xv, self._pc, self._pv
+            self._xp = [p + dt * v for p, v in zip(self._xp, xv, strict=True)]
+            cdv = [c + dt * v for c, v in zip(pc, pv, strict=True)]
+            self._pp = [p + dt * c + dt * cv + q3 for p, c, cv in zip(pp, pc, cdv, strict=True)]
+            self._pc = [cv + q2 for cv in cdv]
+            self._pv = [v + q1 for v in pv]
+        else:
+            q1 = q * dt
+            self._pp = [p + q1 for p in pp]
         self.t = now
 
     @property
@@ -168,44 +207,92 @@ class ChannelEstimator:
         A measurement older than the estimate's time is applied at the estimate's time (the
         filter never runs backwards; the hub feeds it in time order).
         """
-        self.predict(now)
+        if z is None or not self._cv or not self.measured:
+            self.predict(now)
+        elif self.t is not None and now > self.t:
+            # The "cv" predict below, fused into the update's per-axis loop (the hub's 100 Hz
+            # step on the link reader thread); the same arithmetic as predict().
+            if len(z) != self._n:
+                raise ValueError(f"{self.channel.name}: expected {self._n} values, got {len(z)}")
+            self._predict_update_cv([float(v) for v in z], now)
+            return
         if z is None:
             return
         if len(z) != self._n:
             raise ValueError(f"{self.channel.name}: expected {self._n} values, got {len(z)}")
-        np = self._np
-        zz = np.asarray(z, dtype=float)
+        zz = [float(v) for v in z]
+        n = self._n
         if not self.measured:
-            n = self._n
-            if self.tuning.model == "cv":
-                self._kf.x = np.concatenate([zz, np.zeros(n)]).reshape(-1, 1)
-                self._kf.P = np.diag([self._kf.R[0, 0]] * n + [self.tuning.v0_std ** 2] * n)
-            else:
-                self._kf.x = zz.reshape(-1, 1)
-                self._kf.P = self._kf.R.copy()
+            self._xp = zz
+            self._xv = [0.0] * n
+            self._pp = list(self._r)
+            self._pc = [0.0] * n
+            self._pv = [self._v0_var if self._cv else 0.0] * n
+        elif self._cv:
+            xp, xv, pp, pc, pv, r = self._xp, self._xv, self._pp, self._pc, self._pv, self._r
+            for i in range(n):
+                p, c, v, ri = pp[i], pc[i], pv[i], r[i]
+                si = 1.0 / (p + ri)
+                kp, kv = p * si, c * si
+                y = zz[i] - xp[i]
+                xp[i] += kp * y
+                xv[i] += kv * y
+                # Joseph form: (I - K H) P (I - K H)ᵀ + K R Kᵀ.
+                a = 1.0 - kp
+                pp[i] = a * p * a + kp * ri * kp
+                pc[i] = a * c - a * p * kv + kp * ri * kv
+                pv[i] = (kv * p - c) * kv - kv * c + v + kv * ri * kv
         else:
-            self._kf.update(zz.reshape(-1, 1))
+            xp, pp, r = self._xp, self._pp, self._r
+            for i in range(n):
+                p, ri = pp[i], r[i]
+                k = p * (1.0 / (p + ri))
+                xp[i] += k * (zz[i] - xp[i])
+                a = 1.0 - k
+                pp[i] = a * p * a + k * ri * k
         self.t_measured = self.t if self.t is not None else now
+
+    def _predict_update_cv(self, zz: list[float], now: float) -> None:
+        """predict(now) then the "cv" correction with zz, one loop over the axes."""
+        assert self.t is not None
+        dt = now - self.t
+        q = self._q
+        q3, q2, q1 = (q * dt ** 3) * _THIRD, (q * dt * dt) * 0.5, q * dt
+        xp, xv, pp, pc, pv, r = self._xp, self._xv, self._pp, self._pc, self._pv, self._r
+        for i in range(self._n):
+            c0, v0, ri = pc[i], pv[i], r[i]
+            cdv = c0 + dt * v0
+            p = pp[i] + dt * c0 + dt * cdv + q3
+            c = cdv + q2
+            v = v0 + q1
+            si = 1.0 / (p + ri)
+            kp, kv = p * si, c * si
+            y = zz[i] - (xp[i] + dt * xv[i])
+            xp[i] = xp[i] + dt * xv[i] + kp * y
+            xv[i] += kv * y
+            a = 1.0 - kp
+            pp[i] = a * p * a + kp * ri * kp
+            pc[i] = a * c - a * p * kv + kp * ri * kv
+            pv[i] = (kv * p - c) * kv - kv * c + v + kv * ri * kv
+        self.t = now
+        self.t_measured = now
 
     def state(self) -> EstimatorState:
         """An immutable copy of the posterior for other threads."""
         n = self._n
-        x = self._kf.x.ravel().tolist()
-        diag = self._kf.P.diagonal().tolist()
-        cross = self._kf.P.diagonal(n).tolist()
-        cv = self.tuning.model == "cv"
+        cv = self._cv
         zeros = (0.0,) * n
         return EstimatorState(
             channel=self.channel.name,
             model=self.tuning.model,
             t=self.t if self.t is not None else -math.inf,
             t_measured=self.t_measured,
-            pos=tuple(x[:n]),
-            vel=tuple(x[n:2 * n]) if cv else zeros,
-            var_pos=tuple(diag[:n]),
-            cov_pos_vel=tuple(cross) if cv else zeros,
-            var_vel=tuple(diag[n:]) if cv else zeros,
-            q=self.tuning.q,
+            pos=tuple(self._xp),
+            vel=tuple(self._xv) if cv else zeros,
+            var_pos=tuple(self._pp),
+            cov_pos_vel=tuple(self._pc) if cv else zeros,
+            var_vel=tuple(self._pv) if cv else zeros,
+            q=self._q,
             predict_max_s=self.channel.predict_max_s,
             velocity_gate=self.tuning.velocity_gate if cv else 0.0,
         )
