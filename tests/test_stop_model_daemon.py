@@ -1,0 +1,282 @@
+"""The stop model and the admission matrix on the whole daemon core (hil/daemon_lockstep.py).
+
+A Hypothesis state machine drives a real Daemon — command API, executor, latch, link mirror,
+snapshot store, kill -9 restarts on the same state dir — against the simulated firmware with
+its own e-stop hold switched OFF (`estop_hold=False`: only the host side keeps the robot still).
+The assertions are on the frames the daemon hands the guardian, and separately on what reaches
+the firmware, against DESIGN.md:
+
+- no motion frame (a moving COMMAND or ENABLE(1)) while the daemon's latch is latched;
+- after any latch change or reset, none until a new command permits motion (start, resume,
+  manual.enter/jog), and none from a new boot before such a command;
+- nothing clears the hardware e-stop while it is pressed (reset refused, latch and guardian
+  stay latched, no motion reaches the firmware);
+- a restart after kill -9 comes up stopped, and a task cannot be resumed after it;
+- every reply agrees with DESIGN.md's admission matrix (typed in again below, not imported).
+
+More examples: EDGE_STOP_MODEL_EXAMPLES=500 pytest tests/test_stop_model_daemon.py
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from hil.daemon_lockstep import DaemonLockstep, motion
+
+# DESIGN.md "Commands and admission", the cells that refuse (and the code where it is fixed).
+# Mode columns: idle running holding diagnostic manual protective_stop estop.
+ALL = {"idle", "running", "holding", "diagnostic", "manual", "protective_stop", "estop"}
+REFUSED: dict[str, dict[str, str | None]] = {
+    "task.start": {"running": "busy", "diagnostic": None, "manual": None,
+                   "protective_stop": None, "estop": "estop_active"},
+    "task.cancel": {"manual": None},
+    "resume": {m: None for m in ALL - {"holding"}} | {"running": "busy",
+                                                      "estop": "estop_active"},
+    "reset": {"manual": None},
+    **{v: {"running": "busy", "protective_stop": None, "estop": "estop_active"}
+       for v in ("manual.enter", "manual.jog", "manual.exit")},
+}
+ALWAYS_OK = {  # ✓ with no condition attached
+    "task.cancel": ALL - {"manual"},
+    "reset": {"idle", "running", "holding", "diagnostic"},
+    "estop": ALL,
+    "status": ALL,
+}
+PERMITS_MOTION = ("task.start", "resume", "manual.enter", "manual.jog")
+GRACE_S = 0.004  # a press reaches the daemon with the next STATUS (1 ms) plus the link's latency
+EXAMPLES = int(os.environ.get("EDGE_STOP_MODEL_EXAMPLES", "25"))
+
+
+class DaemonStopModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="edge-stop-model-"))
+        self.h = DaemonLockstep(self.tmp / "state", seed=5, estop_hold=False)
+        self.h.boot()
+        self.h.run_for(0.05)
+        self.checked = 0  # frames in h.handed already checked
+        self.tty_checked = 0
+        self.permit: tuple[int, int] | None = None  # (boot, latch generation) that permits motion
+        self.pressed_at: float | None = None
+        self.unclean_boot = False  # since the last kill -9 restart no task was started
+        self.last_task: str | None = None
+
+    def teardown(self) -> None:
+        self.h.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- helpers -----------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        return self.h.runner.now
+
+    def _press_known(self) -> bool:
+        """Pressed long enough for the daemon to have seen it (a reset before that finds
+        nothing latched yet: a no-op, which clears nothing)."""
+        return self.pressed_at is not None and self.now >= self.pressed_at + GRACE_S
+
+    def _command(self, name: str, args: dict[str, object] | None = None) -> bool:
+        d = self.h.daemon
+        mode = d.mode()
+        reply = self.h.command(name, args).to_dict()
+        code = None if reply["ok"] else reply["error"]["code"]
+        event(f"{name} in {mode}: {code or 'ok'}")  # --hypothesis-show-statistics
+        if code == "refused" and name == "task.start":
+            event(f"task.start refused: {reply['error']['message'][:60]}")
+        refused = REFUSED.get(name, {})
+        if mode in refused:
+            assert not reply["ok"], (name, mode, reply)
+            want = refused[mode]
+            assert want is None or code == want, (name, mode, reply)
+        if mode in ALWAYS_OK.get(name, ()):
+            assert reply["ok"], (name, mode, reply)
+        if self._press_known() and name == "reset":
+            assert not reply["ok"], ("a reset cleared the e-stop while it was pressed", reply)
+        if reply["ok"] and name in PERMITS_MOTION:
+            st_ = d.latch.state
+            assert not st_.latched, (name, mode, st_)
+            self.permit = (self.h.boots - 1, st_.generation)
+        if reply["ok"] and name == "task.start":
+            self.last_task = reply["result"]["task_id"]
+            self.unclean_boot = False
+        if name == "resume" and self.unclean_boot:
+            assert not reply["ok"], ("resumed a task after an unclean restart", reply)
+        if name == "estop":
+            assert d.latch.latched and d.mode() == "estop", d.mode()
+        if reply["ok"] and name == "task.cancel" and mode == "estop":
+            assert d.executor.saved_task is None
+        self._check_frames()
+        return bool(reply["ok"])
+
+    def _check_frames(self) -> None:
+        handed = self.h.handed
+        for f in handed[self.checked:]:
+            if not motion(f.msg):
+                continue
+            assert not f.latched, f"motion handed to the guardian while latched: {f}"
+            assert self.permit == (f.boot, f.generation), (
+                f"motion without a command since the last latch change/reset/boot: {f}; "
+                f"permit {self.permit}")
+        self.checked = len(handed)
+        g = self.h.host.guardian
+        if g is not None:
+            for t, m in g.to_tty[self.tty_checked:]:
+                if motion(m) and self.pressed_at is not None:
+                    assert t < self.pressed_at + GRACE_S, (
+                        f"motion reached the firmware {t - self.pressed_at:.4f} s into a press")
+            self.tty_checked = len(g.to_tty)
+
+    # -- rules -------------------------------------------------------------------------------
+    @rule(ms=st.integers(1, 400))
+    def run(self, ms: int) -> None:
+        self.h.run_for(ms / 1000)
+        self._check_frames()
+
+    @rule()
+    def task_start(self) -> None:
+        self._command("task.start")
+
+    @rule()
+    def task_cancel(self) -> None:
+        self._command("task.cancel")
+
+    @rule(own=st.booleans())
+    def resume(self, own: bool) -> None:
+        self._command("resume", {"task_id": (self.last_task or "none") if own else "other"})
+
+    @rule()
+    def reset(self) -> None:
+        self._command("reset")
+
+    @rule()
+    def manual_enter(self) -> None:
+        self._command("manual.enter")
+
+    @rule(v=st.floats(-0.3, 0.3), ttl=st.integers(20, 200), ms=st.integers(0, 100))
+    def jog(self, v: float, ttl: int, ms: int) -> None:
+        self._command("manual.jog", {"dq": [v, 0.0, 0.0, 0.0], "ttl_ms": ttl})
+        self.run(max(1, ms))
+
+    @rule()
+    def manual_exit(self) -> None:
+        self._command("manual.exit")
+
+    @rule()
+    def estop(self) -> None:
+        self._command("estop")
+
+    @rule()
+    def status(self) -> None:
+        self._command("status")
+
+    @rule(ms=st.integers(0, 50))
+    def press(self, ms: int) -> None:
+        if not self.h.pressed:
+            self.h.press()
+            self.pressed_at = self.now
+        self.run(max(1, ms))
+
+    @rule(ms=st.integers(0, 50))
+    def release(self, ms: int) -> None:
+        if self.h.pressed:
+            self.h.release()
+            self.pressed_at = None
+        self.run(max(1, ms))
+
+    @rule(ms=st.integers(0, 3000))
+    def recover(self, ms: int) -> None:
+        """The operator's way back: release, wait out the reset rate limit, reset, resume (or
+        start) — then let it run. Gets the deep states (holding, resume) often enough."""
+        self.release(1)
+        self.run(1100)
+        self._command("reset")
+        if not self._command("resume", {"task_id": self.last_task or "none"}):
+            self._command("task.start")
+        self.run(max(1, ms))
+
+    @rule(ms=st.integers(20, 400))
+    def unplug(self, ms: int) -> None:
+        """A link fault (protective stop) for `ms`, then the link is back."""
+        self.h.runner.inject("link", "unplug", duration_s=ms / 1000)
+        self.run(ms + 50)
+
+    @rule(down_ms=st.integers(0, 300))
+    def kill9_and_restart(self, down_ms: int) -> None:
+        self.h.kill9()
+        self.h.run_for(down_ms / 1000 + 1e-3)
+        d = self.h.boot()
+        self.permit = None
+        self.unclean_boot = True
+        assert d.latch.latched, "a restart after kill -9 came up without a latch"
+        assert d.mode() in ("protective_stop", "estop"), d.mode()
+        self.run(20)
+        assert d.latch.latched
+
+    # -- invariants --------------------------------------------------------------------------
+    @invariant()
+    def a_pressed_estop_is_latched_everywhere(self) -> None:
+        if not self._press_known():
+            return
+        d, g = self.h.daemon, self.h.host.guardian
+        st_ = d.latch.state
+        assert st_.latched and st_.kind is not None and st_.kind.value == "estop", st_
+        assert d.mode() == "estop", d.mode()
+        assert g is not None and g.rules.latched, "the guardian's latch is clear while pressed"
+
+    @invariant()
+    def the_mode_follows_the_latch(self) -> None:
+        d = self.h.daemon
+        kind = d.latch.state.kind
+        if kind is not None:
+            assert d.mode() == kind.value, (d.mode(), kind)
+
+
+TestDaemonStopModel = DaemonStopModel.TestCase
+TestDaemonStopModel.settings = settings(max_examples=EXAMPLES, stateful_step_count=30,
+                                        deadline=None)
+
+
+def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path) -> None:
+    """The harness itself: a task runs to success; a press mid-task freezes it, reset is refused
+    until release, resume finishes it; kill -9 comes back latched with no resume."""
+    h = DaemonLockstep(tmp_path / "state", seed=3, estop_hold=False)
+    h.boot()
+    h.run_for(0.2)
+    start = h.command("task.start")
+    assert start.ok
+    task, place = start.result["task_id"], start.result["place"]
+    h.run_for(1.0)
+    assert h.daemon.mode() == "running"
+    h.press()
+    h.run_for(0.01)
+    assert h.daemon.mode() == "estop"
+    n = len(h.handed)
+    h.run_for(0.5)
+    assert not any(motion(f.msg) for f in h.handed[n:])
+    r = h.command("reset")
+    assert not r.ok and r.to_dict()["error"]["code"] == "estop_active"
+    h.release()
+    h.run_for(1.1)  # resets are rate-limited to one a second
+    assert h.command("reset").ok and h.daemon.mode() == "holding"
+    n = len(h.handed)
+    h.run_for(0.5)
+    assert not any(motion(f.msg) for f in h.handed[n:]), "a reset moved the robot"
+    assert h.daemon.executor.saved_task is not None
+    assert h.command("resume", {"task_id": task}).ok
+    h.run_for(20.0)
+    assert h.outcome(task) == "success", [e for e in h.events if e.get("task_id") == task]
+    obj = h.runner.state()["object"]
+    assert abs(obj["xyz"][0] - place[0]) < 0.01 and abs(obj["xyz"][1] - place[1]) < 0.01, obj
+    assert obj["drops"] == 0
+    h.kill9()
+    h.run_for(0.1)
+    d = h.boot()
+    assert d.latch.latched and d.mode() == "protective_stop"
+    h.close()
