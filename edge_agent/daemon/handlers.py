@@ -146,7 +146,20 @@ def register_handlers(d: Daemon) -> None:
             raise CommandRefused(ErrorCode.BAD_ARGS, f"the rig refused: {resp.get('error')}")
         return {"injected": req, "rig": {k: v for k, v in resp.items() if k != "ok"}}
 
+    def model_update(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        from edge_agent.inference.model_card import ModelError
+
+        try:
+            out = d.policy.update_model(args["uri"], args["sha256"], args.get("version"))
+        except ValueError as exc:
+            raise CommandRefused(ErrorCode.BAD_ARGS, str(exc)) from exc
+        except ModelError as exc:  # the cache is unchanged: the model in use stays
+            raise CommandRefused(ErrorCode.REFUSED, f"model rejected: {exc}") from exc
+        d.publisher.state_changed()
+        return out
+
     api.register("status", status)
+    api.register("model.update", model_update)
     api.register("estop", estop)
     api.register("reset", reset)
     api.register("failure.inject", failure_inject)

@@ -13,7 +13,9 @@ import threading
 import time
 from collections.abc import Callable, MutableSequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from edge_agent.log import get_logger
 
@@ -24,6 +26,24 @@ if TYPE_CHECKING:
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
+
+
+def local_model_path(uri: str) -> Path:
+    """An absolute path or a file:// URI on this machine (the daemon downloads nothing: copy
+    the model — and its .card.json — onto the controller first)."""
+    if uri.startswith("file://"):
+        p = Path(unquote(urlsplit(uri).path))
+    elif "://" in uri:
+        raise ValueError(f"uri {uri!r}: only local files (an absolute path or file://) — "
+                         "the daemon does not download; copy the model onto the controller")
+    else:
+        p = Path(uri)
+    if not p.is_absolute():
+        raise ValueError(f"uri {uri!r}: give an absolute path (the daemon's working directory "
+                         "is not yours)")
+    if not p.is_file():
+        raise ValueError(f"uri {uri!r}: no such file")
+    return p
 
 
 class DaemonPolicy:
@@ -97,6 +117,26 @@ class DaemonPolicy:
 
     def status(self) -> dict[str, Any] | None:
         return self.stack.status() if self.stack is not None else None
+
+    def update_model(self, uri: str, sha256: str, version: str | None) -> dict[str, Any]:
+        """`model.update`: verify (sha256, signature, meaning, a smoke run), install atomically
+        in the cache (the previous model stays as the `cached` fallback), reload the sessions.
+        Blocking (~0.1–1 s): the command worker runs it; admission refuses it mid-task.
+        Raises ModelError (the reason) or ValueError (the uri)."""
+        path = local_model_path(uri)
+        stack = self.stack
+        if stack is None:
+            why = ("no model is configured (set inference.model or inference.triton_url)"
+                   if not self.configured else "the inference stack is still loading; retry "
+                   "after the policy_ready event")
+            raise ValueError(why)
+        t0 = time.monotonic()
+        entry = stack.update_model(path, sha256, version)
+        ms = round((time.monotonic() - t0) * 1e3, 1)
+        card = entry.card
+        return {"installed": {"name": card.name, "version": card.version,
+                              "sha256": entry.path.stem, "path": str(entry.path)},
+                "ms": ms, "model_ready": stack.model_ready(), "policy": self.in_use()}
 
     def stop(self) -> None:
         if self.stack is not None:
