@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             faults.append({"at_s": start + (k + 0.5) * period, "target": "estop",
                            "mode": "release"})
         _request(rig, {"cmd": "latency", "clear": True})
+        window_t0 = time.monotonic()  # the rig's clock too (same machine)
         for i in range(0, len(faults), 2000):  # the rig reads lines of at most 1 MiB
             _request(rig, {"cmd": "schedule", "faults": faults[i:i + 2000]}, timeout=60)
         duration = 1.0 + args.edges * period + 2.0
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         _wait(lambda: _request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
               "the schedule to finish")
         time.sleep(0.5)  # the last STOP frame's way back
+        window_t1 = time.monotonic()
         lat = _request(rig, {"cmd": "latency"})
         mqtt_ms = mqtt_estops(rig, args.mqtt_port, "bench-estop", args.mqtt_estops)
         st = _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})["result"]
@@ -221,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.mqtt_estops:
         print(f"MQTT estop publish → STOP at the robot:      {stats_ms(mqtt_ms)}")
     print(f"daemon loop: {st.get('loop')}; mode {st.get('mode')}")
+    late = [ms for t, ms in rig_info.pop("late_ticks", []) if window_t0 <= t <= window_t1]
+    print(f"rig ticks later than one tick during the presses: {len(late)}"
+          + (f", worst {max(late):.1f} ms" if late else "")
+          + " (a late rig stamps a STOP late: it counts in the reaction above)")
     print(f"rig: {rig_info}")
     print(f"logs: {tmp / 'daemon.log'}")
     return 0

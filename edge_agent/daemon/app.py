@@ -277,6 +277,10 @@ class Daemon:
         except Exception as exc:
             self.background["estimators"] = {"ok": False, "error": str(exc)}
             _log.exception("estimators_failed")
+        # What loaded after READY (onnxruntime, the sessions, scipy for filterpy: ~10^5
+        # objects) joins the frozen start-up heap: a full collection would otherwise scan it
+        # all, holding the GIL for tens of ms — the control loop ran 50 ms late behind one.
+        gc.freeze()
         self._background_done.set()
 
     # -- control thread --------------------------------------------------------------------
