@@ -14,8 +14,8 @@ mirror, sensor hub, snapshot store on disk — runs against `hil.sim.firmware.Fi
   command API and link mirror all read it).
 
 `kill9()` drops the daemon without a clean shutdown (the old guardian sees its daemon go and
-holds); `boot()` starts a new one on the same state dir, as systemd would. The firmware — the
-robot — keeps running throughout.
+holds); `boot()` starts a new one on the same state dir, as systemd would after a crash.
+The firmware — the robot — keeps running throughout.
 
     h = DaemonLockstep(tmp_path, seed=3, estop_hold=False)
     h.boot()
@@ -36,8 +36,9 @@ from edge_agent.clock import ManualClock
 from edge_agent.commands.api import Reply
 from edge_agent.config import Config, load_config
 from edge_agent.daemon.app import Daemon
+from edge_agent.daemon.handlers import register_handlers
 from edge_agent.errors import LinkError
-from edge_agent.link.codec import Frame, GReset, GState, Hello, Message
+from edge_agent.link.codec import Command, Enable, Frame, GReset, GState, Hello, Message
 from edge_agent.link.guardian_rules import Actions, GuardianRules, Limits
 from edge_agent.link.messages import FrameType
 from edge_agent.robot import RobotDescription
@@ -218,7 +219,7 @@ class DaemonLockstep:
         """A new daemon process on the state dir: restore, guardian, latch it if restored
         latched — start()'s path up to the control loop, with the lock-step seams."""
         if self.host.daemon is not None:
-            raise RuntimeError("a daemon is running; kill9() or shutdown() it first")
+            raise RuntimeError("a daemon is running; kill9() it first")
         self.host.old_guardians = []  # the old guardian exited; the new one opens the tty
         d = Daemon(self.cfg, clock=self.clock)
         d.restore_state()
@@ -228,8 +229,6 @@ class DaemonLockstep:
         self.host.daemon = d
         d.guardian = g  # type: ignore[assignment]  # GuardianClient's seam
         d.latch_new_guardian()
-        from edge_agent.daemon.handlers import register_handlers
-
         register_handlers(d)
         publish = d.publisher.event
 
@@ -250,21 +249,6 @@ class DaemonLockstep:
         d.writer.stop()  # its thread would outlive the "process"; what it had queued lands
         g.daemon_gone(self.runner.now)
         self.host.old_guardians = [g]
-        self.host.daemon = None
-        self.host.guardian = None
-
-    def shutdown(self) -> None:
-        """A clean stop (systemctl stop): hold, persist, mark clean."""
-        d = self.host.daemon
-        if d is None:
-            return
-        d._stopped = True
-        d.guardian.send(d._hold)  # type: ignore[union-attr]
-        d.save_snapshot()
-        d.writer.stop()
-        from edge_agent.daemon import persist
-
-        persist.mark_clean_shutdown(self.state_dir)
         self.host.daemon = None
         self.host.guardian = None
 
@@ -307,7 +291,5 @@ _ids = itertools.count(1)
 
 def motion(msg: Message) -> bool:
     """A frame that would move the robot: a moving COMMAND or ENABLE(1)."""
-    moves = getattr(msg, "moves", None)
-    if moves is not None:
-        return bool(moves)
-    return bool(getattr(msg, "enable", False))
+    return ((isinstance(msg, Command) and msg.moves)
+            or (isinstance(msg, Enable) and msg.enable))

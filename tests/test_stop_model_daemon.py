@@ -249,6 +249,9 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     h = DaemonLockstep(tmp_path / "state", seed=3, estop_hold=False)
     h.boot()
     h.run_for(0.2)
+    upd = h.command("model.update", {"uri": str(tmp_path), "sha256": "0" * 64}).to_dict()
+    assert upd["error"]["code"] == "refused" and "no model is configured" in \
+        upd["error"]["message"], upd
     start = h.command("task.start")
     assert start.ok
     task, place = start.result["task_id"], start.result["place"]

@@ -149,6 +149,9 @@ def register_handlers(d: Daemon) -> None:
     def model_update(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         from edge_agent.inference.model_card import ModelError
 
+        why = d.policy.unavailable()
+        if why is not None:
+            raise CommandRefused(ErrorCode.REFUSED, f"model.update refused: {why}")
         try:
             out = d.policy.update_model(args["uri"], args["sha256"], args.get("version"))
         except ValueError as exc:

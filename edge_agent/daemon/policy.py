@@ -15,7 +15,6 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 from edge_agent.log import get_logger
 
@@ -31,6 +30,8 @@ _log = get_logger(__name__)
 def local_model_path(uri: str) -> Path:
     """An absolute path or a file:// URI on this machine (the daemon downloads nothing: copy
     the model — and its .card.json — onto the controller first)."""
+    from urllib.parse import unquote, urlsplit  # model.update only: not on the start-up path
+
     if uri.startswith("file://"):
         p = Path(unquote(urlsplit(uri).path))
     elif "://" in uri:
@@ -118,24 +119,29 @@ class DaemonPolicy:
     def status(self) -> dict[str, Any] | None:
         return self.stack.status() if self.stack is not None else None
 
+    def unavailable(self) -> str | None:
+        """Why no model can be installed now (None: it can)."""
+        if self.stack is not None:
+            return None
+        if not self.configured:
+            return "no model is configured (set inference.model or inference.triton_url)"
+        return "the inference stack is still loading; retry after the policy_ready event"
+
     def update_model(self, uri: str, sha256: str, version: str | None) -> dict[str, Any]:
         """`model.update`: verify (sha256, signature, meaning, a smoke run), install atomically
         in the cache (the previous model stays as the `cached` fallback), reload the sessions.
         Blocking (~0.1–1 s): the command worker runs it; admission refuses it mid-task.
-        Raises ModelError (the reason) or ValueError (the uri)."""
+        Call it when `unavailable()` is None. Raises ModelError (the reason) or ValueError
+        (the uri)."""
         path = local_model_path(uri)
         stack = self.stack
         if stack is None:
-            why = ("no model is configured (set inference.model or inference.triton_url)"
-                   if not self.configured else "the inference stack is still loading; retry "
-                   "after the policy_ready event")
-            raise ValueError(why)
+            raise RuntimeError(f"update_model() without a stack: {self.unavailable()}")
         t0 = time.monotonic()
-        entry = stack.update_model(path, sha256, version)
+        card = stack.update_model(path, sha256, version).card
         ms = round((time.monotonic() - t0) * 1e3, 1)
-        card = entry.card
         return {"installed": {"name": card.name, "version": card.version,
-                              "sha256": entry.path.stem, "path": str(entry.path)},
+                              "sha256": card.sha256},
                 "ms": ms, "model_ready": stack.model_ready(), "policy": self.in_use()}
 
     def stop(self) -> None:
