@@ -268,8 +268,14 @@ def test_real_daemon_messages_validate_against_the_spec(
     d = DaemonProc(tmp_path, broker).start()
     op = Operator(probe, "dev1")
     try:
-        d.wait_ready()
+        ready = d.wait_ready()
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
+        # MQTT starts on its own thread after READY: a command published before the daemon
+        # subscribed would reach nobody. This boot's `online` follows its SUBSCRIBE on the
+        # same connection (a retained one from an earlier test carries another boot_id).
+        probe.expect(lambda m: m.topic == "edge/dev1/status" and json.loads(m.payload).get(
+            "boot_id") == ready["boot_id"] and json.loads(m.payload).get("state") == "online",
+            timeout=30)
         assert op.cmd("status")["ok"]
         for name, payload in [
             ("status", {"bogus": 1}), ("task.start", {"params": {"object": [0.3, 0.0, 0.05]}}),

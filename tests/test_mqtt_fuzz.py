@@ -100,6 +100,8 @@ def test_fuzzed_commands_are_all_answered_and_the_daemon_stays_flat(
         # the background start-up work (scipy via filterpy, calibration) grows RSS by itself
         wait_until(lambda: {"estimators", "calibration"} <= set(
             d.socket_cmd("status")["result"]["background"]), 60, "background start-up done")
+        # MQTT starts on its own thread after READY: nothing is sent before it subscribed
+        wait_until(lambda: d.socket_cmd("status")["result"]["mqtt_connected"], 30, "mqtt up")
         pid = d.proc.pid  # type: ignore[union-attr]
         t0 = time.monotonic()
         _send(op, replies, warm, "dev1")
