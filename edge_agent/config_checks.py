@@ -86,6 +86,11 @@ def check(v: dict[str, Values], ctx: LoadContext) -> None:
         raise ctx.fail("control.priority", ctl["priority"],
                        f"must be below link.guardian_priority ({link['guardian_priority']}): "
                        "the e-stop path must preempt the control loop, never the reverse")
+    if link["reader_priority"] > 0 and link["guardian_priority"] > 0 and (
+            link["reader_priority"] >= link["guardian_priority"]):
+        raise ctx.fail("link.reader_priority", link["reader_priority"],
+                       f"must be below link.guardian_priority ({link['guardian_priority']}): "
+                       "the guardian owns the e-stop path")
     if link["deadman_ms"] < 2 * period_ms:
         raise ctx.fail("link.deadman_ms", link["deadman_ms"],
                        f"must be at least 2 control periods ({2 * period_ms:g} ms at "

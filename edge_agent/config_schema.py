@@ -155,6 +155,9 @@ class LinkSection:
     guardian_priority: int = opt("int", 30, lo=0, hi=49,
                                  hint="SCHED_FIFO priority, 0 = off; keep it below the kernel's "
                                       "IRQ threads (50)")
+    reader_priority: int = opt("int", 19, lo=0, hi=49,
+                               hint="SCHED_FIFO priority of the daemon's link reader thread, "
+                                    "0 = off; below link.guardian_priority")
     write_timeout_ms: float = opt("float", 10.0, lo=0.0, lo_open=True, hi=1000.0)
     hello_timeout_s: float = opt("float", 1.0, lo=0.0, lo_open=True, hi=60.0)
 

@@ -20,8 +20,8 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 from hil.bench_daemon_estop import _request, _wait
 
@@ -43,15 +43,26 @@ print(" ".join(repr(t) for t in out))
 """
 
 
-def period_stats(times: list[float], period: float) -> dict[str, float]:
+def period_errors(times: list[float], period: float) -> tuple[list[float], int, float]:
+    """|Δt − period| in ms for each gap, the periods missed (gaps ≥ 1.5 periods), and the
+    periods the span should have held."""
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    if not gaps:
-        return {"n": 0}
-    err = sorted(abs(g - period) * 1e3 for g in gaps)
+    err = [abs(g - period) * 1e3 for g in gaps]
     missed = sum(max(0, round(g / period) - 1) for g in gaps if g >= 1.5 * period)
-    expected = (times[-1] - times[0]) / period
-    return {"n": len(gaps), "p50_ms": err[len(err) // 2], "p99_ms": err[int(0.99 * len(err))],
+    expected = (times[-1] - times[0]) / period if len(times) > 1 else 0.0
+    return err, missed, expected
+
+
+def summarize(err: list[float], missed: int, expected: float) -> dict[str, float]:
+    if not err:
+        return {"n": 0}
+    err = sorted(err)
+    return {"n": len(err), "p50_ms": err[len(err) // 2], "p99_ms": err[int(0.99 * len(err))],
             "max_ms": err[-1], "missed": missed, "missed_ratio": missed / max(1.0, expected)}
+
+
+def period_stats(times: list[float], period: float) -> dict[str, float]:
+    return summarize(*period_errors(times, period))
 
 
 def fmt(name: str, s: dict[str, float]) -> str:
@@ -62,11 +73,31 @@ def fmt(name: str, s: dict[str, float]) -> str:
             f"({s['missed_ratio']:.2e})")
 
 
+def _bare(rate_hz: float, n: int, priority: int) -> list[float]:
+    """The bare loop in its own process; at SCHED_FIFO `priority` when > 0 (chrt)."""
+    cmd = [sys.executable, "-c", BARE_LOOP, str(rate_hz), str(n)]
+    if priority > 0:
+        cmd = ["chrt", "-f", str(priority), *cmd]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as exc:  # chrt refused: say so, go on
+        print(f"bare loop {'at SCHED_FIFO ' + str(priority) if priority else ''} failed: {exc}")
+        return []
+    return [float(x) for x in out.split()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate-hz", type=float, default=500.0)
-    ap.add_argument("--seconds", type=float, default=6.0, help="measurement window mid-task")
+    ap.add_argument("--tasks", type=int, default=3,
+                    help="pick-and-place tasks back to back; the window is each task's run")
+    ap.add_argument("--from-ready", action="store_true",
+                    help="start the first task right after READY, while the start-up work "
+                         "(model load, estimators, calibration) still runs in the background")
     ap.add_argument("--mqtt-port", type=int, default=1883)
+    ap.add_argument("--priority", type=int, default=20, help="control.priority (SCHED_FIFO)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra daemon config override (repeatable), e.g. control.spin_s=0")
     args = ap.parse_args(argv)
     period = 1.0 / args.rate_hz
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-loop-"))
@@ -74,44 +105,63 @@ def main(argv: list[str] | None = None) -> int:
            str(ROOT / "configs" / "sim.toml"), "--sim"]
     for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-loop",
               f"control.rate_hz={args.rate_hz}", "mqtt.telemetry_hz=20",
-              "link.hello_timeout_s=10", "sim.rig_priority=40"):
+              f"control.priority={args.priority}",
+              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
         cmd += ["--set", s]
     log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
     daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                               start_new_session=True)
     rig, ctl = tmp / "rig.sock", tmp / "control.sock"
 
-    def call(name: str, **kw: object) -> dict[str, object]:
+    def call(name: str, **kw: object) -> dict[str, Any]:
         return _request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
 
+    def status() -> dict[str, Any]:
+        return call("status")["result"]  # type: ignore[no-any-return]
+
+    windows: list[tuple[float, float]] = []
+    err: list[float] = []
+    missed, expected = 0, 0.0
     try:
-        _wait(lambda: call("status")["result"]["link_up"], 60, "the daemon's link up")  # type: ignore[index]
-        started = call("task.start")
-        if not started.get("ok"):
-            raise SystemExit(f"task.start refused: {started}")
-        _wait(lambda: call("status")["result"]["mode"] == "running", 30, "running")  # type: ignore[index]
-        t0 = _request(rig, {"cmd": "ping"})["t"]
-        time.sleep(args.seconds)
-        t1 = _request(rig, {"cmd": "ping"})["t"]
-        st = call("status")["result"]
-        rec = _request(rig, {"cmd": "record", "type": "COMMAND", "since": t0, "limit": 10**6},
-                       timeout=60)
+        _wait(lambda: status()["link_up"], 60, "the daemon's link up")
+        if not args.from_ready:
+            _wait(lambda: {"estimators", "calibration"} <= set(status()["background"]), 60,
+                  "the start-up work after READY (estimators, calibration)")
+        for k in range(args.tasks):
+            started = call("task.start")
+            if not started.get("ok"):
+                raise SystemExit(f"task {k + 1}: task.start refused: {started}")
+            t0 = _request(rig, {"cmd": "ping"})["t"]
+            _wait(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end")
+            t1 = _request(rig, {"cmd": "ping"})["t"]
+            windows.append((t0, t1))
+            rec = _request(rig, {"cmd": "record", "type": "COMMAND", "since": t0,
+                                 "limit": 10**6}, timeout=60)
+            e, m, x = period_errors(sorted(f["t"] for f in rec["frames"] if f["t"] <= t1),
+                                    period)
+            err += e
+            missed += m
+            expected += x
+        st = status()
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:
             daemon.wait(10)
         except subprocess.TimeoutExpired:
             os.killpg(daemon.pid, signal.SIGKILL)
-    arrivals = sorted(f["t"] for f in rec["frames"] if f["t"] <= t1)
-    n = max(10, round(args.seconds * args.rate_hz))
-    bare = subprocess.run([sys.executable, "-c", BARE_LOOP, str(args.rate_hz), str(n)],
-                          capture_output=True, text=True, check=True)
-    bare_times = [float(x) for x in bare.stdout.split()]
-    print(f"rate {args.rate_hz:g} Hz (period {period * 1e3:.2f} ms), window {args.seconds:g} s "
-          f"mid-task; executor state at the end: {st['state']}")  # type: ignore[index]
-    print(fmt("daemon, COMMAND arrivals at the robot", period_stats(arrivals, period)))
-    print(fmt("bare Python loop, own tick times     ", period_stats(bare_times, period)))
-    print(f"daemon loop counters: {st['loop']}")  # type: ignore[index]
+    n = max(10, round(sum(b - a for a, b in windows) * args.rate_hz))
+    bare_other = _bare(args.rate_hz, n, 0)
+    bare_fifo = _bare(args.rate_hz, n, args.priority) if args.priority > 0 else []
+    print(f"rate {args.rate_hz:g} Hz (period {period * 1e3:.2f} ms), {len(windows)} task(s), "
+          f"{sum(b - a for a, b in windows):.1f} s of running tasks"
+          + (" from READY on" if args.from_ready else " after the start-up work")
+          + f"; executor at the end: {st['state']}")
+    print(fmt("daemon, COMMAND arrivals at the robot ", summarize(err, missed, expected)))
+    if bare_fifo:
+        print(fmt(f"bare Python loop, SCHED_FIFO {args.priority:<2}     ",
+                  period_stats(bare_fifo, period)))
+    print(fmt("bare Python loop, SCHED_OTHER        ", period_stats(bare_other, period)))
+    print(f"daemon loop counters: {st['loop']}")
     print(f"logs: {tmp / 'daemon.log'}")
     return 0
 

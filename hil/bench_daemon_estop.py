@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="start a pick-and-place task first: the first press stops it mid-motion")
     ap.add_argument("--mqtt-estops", type=int, default=0,
                     help="also time N MQTT `estop` commands → STOP frame at the robot")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra daemon config override (repeatable), e.g. control.priority=0")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-estop-"))
     broker = None
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             "link.hello_timeout_s=10", "sim.rig_priority=40"]
     if args.rate_hz:
         sets.append(f"control.rate_hz={args.rate_hz}")
+    sets += args.set
     cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
            str(ROOT / "configs" / "sim.toml"), "--sim"]
     for s in sets:
@@ -194,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         duration = 1.0 + args.edges * period + 2.0
         print(f"daemon up; {args.edges} press edges every {args.period_ms} ms "
               f"(~{duration:.0f} s) ...", flush=True)
+        time.sleep(max(0.0, start - t_fw - 0.5) + args.edges * period)  # no requests meanwhile
         _wait(lambda: _request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
               "the schedule to finish")
         time.sleep(0.5)  # the last STOP frame's way back
@@ -212,14 +216,21 @@ def main(argv: list[str] | None = None) -> int:
             broker.terminate()
             broker.wait(5)
     reaction = [us / 1e3 for us in lat["estop_reaction_us"]]
+    wire = [us / 1e3 for us in lat.get("estop_wire_reaction_us", [])]
     base = pty_round_trip()
     print(f"edge → STOP at the robot (daemon running): {stats_ms(reaction)}")
+    print(f"  from the edge's frame on the wire:        {stats_ms(wire)}")
+    print("  (the first times from the rig's scheduled tick, so a late rig adds its lateness;"
+          " the second from the moment the rig wrote the edge's frames to the pty)")
     print(f"  presses without a STOP before the next press: {lat['unanswered']}")
     print(f"bare pty round trip (same run, baseline):   {stats_ms(base)}")
     if reaction and base:
         r99 = sorted(reaction)[int(0.99 * len(reaction))]
         b99 = sorted(base)[int(0.99 * len(base))]
         print(f"ratio P99 reaction / P99 pty round trip: {r99 / b99:.1f}")
+        if wire:
+            w99 = sorted(wire)[int(0.99 * len(wire))]
+            print(f"ratio P99 reaction from the wire / P99 pty round trip: {w99 / b99:.1f}")
     if args.mqtt_estops:
         print(f"MQTT estop publish → STOP at the robot:      {stats_ms(mqtt_ms)}")
     print(f"daemon loop: {st.get('loop')}; mode {st.get('mode')}")

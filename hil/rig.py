@@ -78,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rig: {exc}", file=sys.stderr)
         return 2
 
+    # The real-time thread shares the GIL with the control-socket thread: at Python's default
+    # 5 ms switch interval a control request (a long `record` reply, say) could hold the
+    # real-time thread back by that much, which benchmarks then read as the host's lateness.
+    sys.setswitchinterval(0.0002)
     sink: TextIO | None = open(args.record, "w", encoding="utf-8") if args.record else None  # noqa: SIM115
     t0 = time.monotonic()
     fws: list[Firmware] = []

@@ -121,6 +121,8 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("control", "no_spin", '"yes"', "must be true or false"),
     ("control", "priority", "30", "must be below link.guardian_priority (30)"),
     ("control", "priority", "50", "must be >= 0 and <= 49"),
+    ("link", "reader_priority", "30", "must be below link.guardian_priority (30)"),
+    ("link", "reader_priority", "-2", "must be >= 0"),
     ("executor", "max_attempts", "0", "must be >= 1 and <= 10"),
     ("executor", "l3_threshold", "0", "must be >= 1"),
     ("executor", "tool_tolerance_m", "0", "must be > 0"),

@@ -7,6 +7,7 @@ while the button is pressed, and the Last Will `offline` after `kill -9`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -92,12 +93,33 @@ def test_daemon_comes_up_answers_and_stops_on_the_rig_estop(
         d.stop()
 
 
+def _fifo_threads(pid: int) -> list[int]:
+    """The SCHED_FIFO priorities of a process's threads, as the kernel has them."""
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+            if os.sched_getscheduler(int(tid)) == os.SCHED_FIFO:
+                out.append(os.sched_getparam(int(tid)).sched_priority)
+    return sorted(out)
+
+
 def test_without_a_broker_the_daemon_is_ready_and_answers_locally(tmp_path: Path) -> None:
     d = DaemonProc(tmp_path, None).start()
     try:
         d.wait_ready()
         st = d.socket_cmd("status")
         assert st["ok"] and st["result"]["mqtt_connected"] is False
+        # real-time scheduling: the control thread (control.priority) and the link reader
+        # (link.reader_priority) alone; status says what each got, and the kernel agrees
+        loop = st["result"]["loop"]
+        assert d.proc is not None
+        if loop["scheduling"] == "SCHED_FIFO 20":
+            assert loop["reader_scheduling"] == "SCHED_FIFO 19"
+            assert _fifo_threads(d.proc.pid) == [19, 20]
+        else:  # not permitted here (no CAP_SYS_NICE, RLIMIT_RTPRIO 0): both say why
+            assert "refused" in loop["scheduling"] and "refused" in loop["reader_scheduling"]
+            assert _fifo_threads(d.proc.pid) == []
+        assert loop["recent"]["n"] > 0 and loop["recent"]["tick_p99_ms"] >= 0
         assert d.stop(signal.SIGTERM) == 0
         assert not (d.state_dir / "running").exists()  # clean shutdown marker removed
     finally:

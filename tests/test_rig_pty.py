@@ -33,6 +33,9 @@ from edge_agent.link.codec import (
     Pong,
     Status,
     StatusFlag,
+    Stop,
+    StopCategory,
+    StopReason,
     encode,
 )
 from edge_agent.robot import load_robot
@@ -182,6 +185,34 @@ def _in_session(h: Host) -> bool:
 def _newest_after(h: Host, fw_us: int) -> bool:
     st = h.of(Status)
     return bool(st) and st[-1].fw_time_us > fw_us
+
+
+def test_estop_reaction_is_timed_from_the_tick_and_from_the_wire(tmp_path: Path) -> None:
+    """Each press is timed to the first STOP frame twice: from the firmware tick that saw the
+    edge and from the moment its frames were written to the pty (never earlier)."""
+    with rig(tmp_path, "--seed", "5") as (_proc, ptys, sock):
+        host = Host(ptys[0])
+        try:
+            host.send(Hello(1, 200, 1000))
+            wait_for(lambda: host.of(HelloAck), what="HELLO_ACK")
+            for k in range(5):
+                assert request(sock, {"cmd": "inject", "target": "estop", "mode": "press"})["ok"]
+                wait_for(lambda k=k: len(host.of(EstopEdge)) > 2 * k, what=f"press edge {k}")
+                time.sleep(0.002)  # the host answers 2 ms after it saw the edge
+                host.send(Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT))
+                wait_for(lambda k=k: len(request(sock, {"cmd": "latency"})[
+                    "estop_reaction_us"]) > k, what=f"reaction {k}")
+                assert request(sock, {"cmd": "clear", "target": "estop"})["ok"]
+                wait_for(lambda k=k: len(host.of(EstopEdge)) > 2 * k + 1,
+                         what=f"release edge {k}")
+            lat = request(sock, {"cmd": "latency", "clear": True})
+            tick, wire = lat["estop_reaction_us"], lat["estop_wire_reaction_us"]
+            assert len(tick) == len(wire) == 5 and lat["unanswered"] == 0
+            for t_us, w_us in zip(tick, wire, strict=True):
+                assert 2000 <= w_us <= t_us  # the wire comes at or after the tick
+            assert request(sock, {"cmd": "latency"})["estop_wire_reaction_us"] == []
+        finally:
+            host.close()
 
 
 def test_fleet_mode_serves_independent_robots(tmp_path: Path) -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from edge_agent.executor.collector import DeferredCollection
 from edge_agent.log import get_logger
@@ -22,6 +24,9 @@ from edge_agent.log import get_logger
 _log = get_logger(__name__)
 
 TickFn = Callable[[float, int], None]
+
+
+RECENT_TICKS = 4096  # ticks whose lateness and duration `LoopStats.recent` summarizes
 
 
 @dataclass
@@ -33,14 +38,31 @@ class LoopStats:
     max_tick_s: float = 0.0
     tick_errors: int = 0
     last_tick_mono: float = 0.0  # heartbeat for the watchdog
+    # the last RECENT_TICKS ticks: (start − deadline, duration) in s — where a period's error
+    # comes from, seen from inside the process (the robot sees the frames' arrival times)
+    recent: deque[tuple[float, float]] = field(
+        default_factory=lambda: deque(maxlen=RECENT_TICKS))
 
-    def as_dict(self) -> dict[str, float | int]:
-        return {
+    def as_dict(self, recent: bool = False) -> dict[str, Any]:
+        """Counters; with `recent`, also percentiles over the last ticks (sorts 2×4096 values:
+        for `status` on request, not for every telemetry message)."""
+        out: dict[str, Any] = {
             "ticks": self.ticks, "overruns": self.overruns,
             "missed_periods": self.missed_periods,
             "max_late_ms": round(self.max_late_s * 1e3, 3),
             "max_tick_ms": round(self.max_tick_s * 1e3, 3), "tick_errors": self.tick_errors,
         }
+        window = list(self.recent) if recent else []
+        if window:
+            late = sorted(x[0] for x in window)
+            dur = sorted(x[1] for x in window)
+            p99 = min(len(window) - 1, int(0.99 * len(window)))
+            out["recent"] = {"n": len(window),
+                             "late_p50_ms": round(late[len(late) // 2] * 1e3, 3),
+                             "late_p99_ms": round(late[p99] * 1e3, 3),
+                             "tick_p50_ms": round(dur[len(dur) // 2] * 1e3, 3),
+                             "tick_p99_ms": round(dur[p99] * 1e3, 3)}
+        return out
 
 
 class RateLoop:
@@ -127,6 +149,7 @@ class RateLoop:
                 _log.exception("control_tick_failed", index=index)
             end = mono()
             st.max_tick_s = max(st.max_tick_s, end - now)
+            st.recent.append((late, end - now))
             st.ticks += 1
             st.last_tick_mono = end
             index += 1

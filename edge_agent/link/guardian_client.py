@@ -26,6 +26,7 @@ reset can pass. Callbacks must be quick and must not call `stop()`.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import threading
@@ -65,13 +66,15 @@ class GuardianClient:
                  priority: int = 30, extra_args: Sequence[str] = (),
                  heartbeat_timeout_s: float = 3.0, send_timeout_s: float = 0.25,
                  restart_min_s: float = 0.1, restart_max_s: float = 5.0,
-                 stderr: int | None = None) -> None:
+                 stderr: int | None = None, reader_priority: int = 0) -> None:
         self.port = port
         self.robot_path = str(robot_path)
         self.deadman_s = deadman_s
         self.priority = priority
         self.extra_args = tuple(extra_args)
         self.spec = GuardianSpec(port, robot_path, deadman_s, priority, extra_args)
+        self.reader_priority = reader_priority  # SCHED_FIFO for the reader thread; 0 = none
+        self.reader_scheduling = "SCHED_OTHER"  # what the reader thread really got
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.send_timeout_s = send_timeout_s
         self.stderr = stderr  # where the guardian's JSON log lines go (default: ours)
@@ -164,7 +167,26 @@ class GuardianClient:
         _log.info("guardian_started", pid=spawned.proc.pid, port=self.port, restart=restart,
                   early=prespawned is not None)
 
+    def _set_reader_priority(self) -> None:
+        """SCHED_FIFO for this thread alone (Linux: pid 0 is the calling thread).
+
+        The reader holds the GIL for each frame it decodes (1 kHz). Preempted in the middle by
+        an ordinary process, it kept the control thread — SCHED_FIFO, waiting for the GIL —
+        waiting too; at a real-time priority just below the control thread's it finishes its
+        few microseconds first. Refused (no CAP_SYS_NICE / RLIMIT_RTPRIO): it runs anyway."""
+        if self.reader_priority <= 0:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.reader_priority))
+            self.reader_scheduling = f"SCHED_FIFO {self.reader_priority}"
+        except (OSError, AttributeError) as exc:
+            self.reader_scheduling = (f"SCHED_OTHER (SCHED_FIFO {self.reader_priority} "
+                                      f"refused: {exc})")
+            _log.warning("reader_priority_refused", priority=self.reader_priority,
+                         error=str(exc))
+
     def _run(self) -> None:
+        self._set_reader_priority()
         while True:
             reason = self._read_until_gone()
             self._end_process(1.0)

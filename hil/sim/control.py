@@ -13,7 +13,8 @@ robot. One request per line, one response line per request: `{"ok": true, ...}` 
      "limit"?: N, "where"?: {"mode": "POSITION"}}      → {"frames": [...], "total": N}
     {"cmd": "set", "key": "firmware_estop_hold", "value": false}   (also "object_xyz": [x,y,z])
     {"cmd": "faults"}                → {"active": [...], "history": [...]}
-    {"cmd": "latency", "clear"?: true} → {"estop_reaction_us": [...], "unanswered": N}
+    {"cmd": "latency", "clear"?: true} → {"estop_reaction_us": [...],
+                                          "estop_wire_reaction_us": [...], "unanswered": N}
     {"cmd": "schedule", "faults": [{"at_s", "target", "mode", "duration_s"?, "severity"?}]}
 """
 
@@ -75,9 +76,11 @@ class ControlHandler:
         """E-stop press edge → STOP frame received, µs on the firmware clock (`clear`: reset)."""
         fw = fws[0]
         out = {"estop_reaction_us": list(fw.estop_reaction_us),
+               "estop_wire_reaction_us": list(fw.estop_wire_reaction_us),
                "unanswered": fw.estop_unanswered}
         if req.get("clear"):
             fw.estop_reaction_us.clear()
+            fw.estop_wire_reaction_us.clear()
             fw.estop_unanswered = 0
         return out
 

@@ -117,7 +117,13 @@ class Firmware:
         # (firmware µs); bounded, read and cleared through the control socket's `latency`.
         self._press_pending_us: int | None = None
         self.estop_reaction_us: deque[int] = deque(maxlen=200_000)
+        # The same, timed from the moment the edge's frames were handed to the wire (the
+        # runner's `wired()`): what the host side answers to. The tick time above also carries
+        # the simulator's own lateness when a real-time runner is woken late (a firmware on a
+        # microcontroller is not); the lock-step runner has no wire, so both are equal there.
+        self.estop_wire_reaction_us: deque[int] = deque(maxlen=200_000)
         self.estop_unanswered = 0
+        self._press_wire_us: int | None = None
 
     # ------------------------------------------------------------------ I/O side
 
@@ -162,6 +168,11 @@ class Firmware:
             data = self._corrupt(data)
         self.counters["tx_bytes"] += len(data)
         return data
+
+    def wired(self, now: float) -> None:
+        """The runner wrote what `step`/`drain` returned at `now`: stamps a pending press."""
+        if self._press_pending_us is not None and self._press_wire_us is None:
+            self._press_wire_us = self.fw_time_us(now)
 
     def send(self, msg: Message) -> None:
         self._out += encode(msg, self._seq.next())
@@ -209,7 +220,10 @@ class Firmware:
         elif isinstance(msg, Stop):
             if self._press_pending_us is not None:
                 self.estop_reaction_us.append(rx_us - self._press_pending_us)
-                self._press_pending_us = None
+                wired = self._press_wire_us
+                self.estop_wire_reaction_us.append(
+                    rx_us - (wired if wired is not None else self._press_pending_us))
+                self._press_pending_us = self._press_wire_us = None
             if msg.category == StopCategory.CAT0:
                 self.arm.disable()
             elif self.arm.enabled:
@@ -366,6 +380,7 @@ class Firmware:
             if self._press_pending_us is not None:
                 self.estop_unanswered += 1
             self._press_pending_us = t_us
+            self._press_wire_us = None
         if pressed and self.estop_hold:
             self.estop_latched = True
             self.arm.disable()

@@ -145,6 +145,7 @@ class RealTimeRig:
                                 out = fw.drain()
                                 if out:
                                     port.write(out)
+                                    fw.wired(clock())
                 continue
             while now < deadline:
                 now = clock()
@@ -158,6 +159,7 @@ class RealTimeRig:
                     out = fw.step(now)
                     if out:
                         port.write(out)
+                        fw.wired(clock())
             self.loops += 1
             if now >= next_flush:
                 next_flush = now + self._flush_every_s
