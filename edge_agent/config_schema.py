@@ -177,6 +177,7 @@ class ControlSection:
     decision_hz: float = opt("float", 20.0, lo=0.0, lo_open=True, hi=1000.0)
     spin_s: float = opt("float", 0.0002, lo=0.0, hi=0.005)
     no_spin: bool = opt("bool", False)
+    output_at_deadline: bool = opt("bool", False)
     priority: int = opt("int", 20, lo=0, hi=49,
                         hint="SCHED_FIFO priority of the control thread, 0 = off; keep it below "
                              "link.guardian_priority (the e-stop path must win)")

@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return call("status")["result"]  # type: ignore[no-any-return]
 
     windows: list[tuple[float, float]] = []
+    succeeded = 0
     err: list[float] = []
     missed, expected = 0, 0.0
     try:
@@ -132,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             if not started.get("ok"):
                 raise SystemExit(f"task {k + 1}: task.start refused: {started}")
             t0 = _request(rig, {"cmd": "ping"})["t"]
-            _wait(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end")
+            # a slow poll: each status request is work in the daemon that competes with it
+            _wait(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end",
+                  poll_s=0.5)
             t1 = _request(rig, {"cmd": "ping"})["t"]
             windows.append((t0, t1))
+            ended = status()
+            succeeded += ended["mode"] == "idle"  # a failed task ends in a controlled hold
             rec = _request(rig, {"cmd": "record", "type": "COMMAND", "since": t0,
                                  "limit": 10**6}, timeout=60)
             e, m, x = period_errors(sorted(f["t"] for f in rec["frames"] if f["t"] <= t1),
@@ -155,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rate {args.rate_hz:g} Hz (period {period * 1e3:.2f} ms), {len(windows)} task(s), "
           f"{sum(b - a for a, b in windows):.1f} s of running tasks"
           + (" from READY on" if args.from_ready else " after the start-up work")
-          + f"; executor at the end: {st['state']}")
+          + f"; tasks that succeeded: {succeeded}/{len(windows)} "
+          f"(attempts failed: {st['executor']['counters']['attempts_failed']})")
     print(fmt("daemon, COMMAND arrivals at the robot ", summarize(err, missed, expected)))
     if bare_fifo:
         print(fmt(f"bare Python loop, SCHED_FIFO {args.priority:<2}     ",

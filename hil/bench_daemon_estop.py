@@ -36,7 +36,7 @@ def _request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str
     return json_line_request(path, req, timeout, what=str(req.get("cmd")))
 
 
-def _wait(pred: Any, timeout: float, what: str) -> None:
+def _wait(pred: Any, timeout: float, what: str, poll_s: float = 0.05) -> None:
     end = time.monotonic() + timeout
     while True:
         try:
@@ -46,7 +46,7 @@ def _wait(pred: Any, timeout: float, what: str) -> None:
             pass
         if time.monotonic() > end:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(poll_s)
 
 
 def stats_ms(xs: list[float]) -> str:

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per episode")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra daemon config override (repeatable), e.g. control.rate_hz=500")
     args = ap.parse_args(argv)
     rig_cfg = tomllib.loads((ROOT / "configs" / "rig" / "default.toml").read_text())
     lo, hi = rig_cfg["object"]["box_min_m"], rig_cfg["object"]["box_max_m"]
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
            str(ROOT / "configs" / "sim.toml"), "--sim"]
     for s in (f"state_dir={tmp}", "mqtt.port=1", "device.id=pty-episodes",
-              "link.hello_timeout_s=10", "sim.rig_priority=40"):
+              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
         cmd += ["--set", s]
     with open(log, "w") as f:
         daemon = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,

@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -55,10 +56,13 @@ EXAMPLES = int(os.environ.get("EDGE_STOP_MODEL_EXAMPLES", "25"))
 
 
 class DaemonStopModel(RuleBasedStateMachine):
+    OVERRIDES: tuple[str, ...] = ()  # config overrides of the daemon under test
+
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="edge-stop-model-"))
-        self.h = DaemonLockstep(self.tmp / "state", seed=5, estop_hold=False)
+        self.h = DaemonLockstep(self.tmp / "state", seed=5, estop_hold=False,
+                                overrides=self.OVERRIDES)
         self.h.boot()
         self.h.run_for(0.05)
         self.checked = 0  # frames in h.handed already checked
@@ -243,10 +247,26 @@ TestDaemonStopModel.settings = settings(max_examples=EXAMPLES, stateful_step_cou
                                         deadline=None)
 
 
-def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path) -> None:
+class DaemonStopModelAhead(DaemonStopModel):
+    """The same rules with each command sent one tick after it was computed."""
+
+    OVERRIDES = ("control.output_at_deadline=true",)
+
+
+TestDaemonStopModelAhead = DaemonStopModelAhead.TestCase
+TestDaemonStopModelAhead.settings = settings(max_examples=EXAMPLES, stateful_step_count=30,
+                                             deadline=None)
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["immediate", "output_at_deadline"])
+def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path,
+                                                                   ahead: bool) -> None:
     """The harness itself: a task runs to success; a press mid-task freezes it, reset is refused
-    until release, resume finishes it; kill -9 comes back latched with no resume."""
-    h = DaemonLockstep(tmp_path / "state", seed=3, estop_hold=False)
+    until release, resume finishes it; kill -9 comes back latched with no resume. With
+    `control.output_at_deadline` the same, and the command computed before the press is
+    dropped, not sent after it."""
+    h = DaemonLockstep(tmp_path / "state", seed=3, estop_hold=False,
+                       overrides=("control.output_at_deadline=true",) if ahead else ())
     h.boot()
     h.run_for(0.2)
     upd = h.command("model.update", {"uri": str(tmp_path), "sha256": "0" * 64}).to_dict()
@@ -257,9 +277,11 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     task, place = start.result["task_id"], start.result["place"]
     h.run_for(1.0)
     assert h.daemon.mode() == "running"
+    assert h.daemon.ahead_discarded == 0
     h.press()
     h.run_for(0.01)
     assert h.daemon.mode() == "estop"
+    assert h.daemon.ahead_discarded == (1 if ahead else 0)
     n = len(h.handed)
     h.run_for(0.5)
     assert not any(motion(f.msg) for f in h.handed[n:])

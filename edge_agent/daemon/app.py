@@ -128,6 +128,11 @@ class Daemon:
         self._stop_event = threading.Event()
         self._stopped = False
         self._send_errors = 0
+        # control.output_at_deadline: the command computed by the last tick, and the latch
+        # state it was computed under (sent at the next deadline only if that is unchanged)
+        self._ahead: tuple[Command, LatchState] | None = None
+        self._output_at_deadline = config.control.output_at_deadline
+        self.ahead_discarded = 0  # precomputed commands dropped because the latch changed
         self._background_done = threading.Event()
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
@@ -289,15 +294,37 @@ class Daemon:
 
     # -- control thread --------------------------------------------------------------------
     def _tick(self, now: float, index: int) -> None:
+        """One control period: sensors → executor → one COMMAND frame to the guardian.
+
+        With `control.output_at_deadline` the frame computed in this tick goes out at the
+        start of the next one, so the robot receives the stream on the loop's deadlines
+        whatever a tick's duration (one period more latency). A precomputed frame is never
+        sent across a latch change: the stop model holds for what leaves this thread."""
         g = self.guardian
         if g is None:
             return
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead[1] is self.latch.state:
+                self._send(g, ahead[0])
+            else:
+                self.ahead_discarded += 1
+                ahead = None
         snap = self.hub.snapshot(now)
         with self.exec_lock:
+            latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
             events = self.executor.drain_events()
         if events:
             self._exec_events.extend(events)  # published by the main thread, not here
+        if not self._output_at_deadline:
+            self._send(g, cmd)
+            return
+        if ahead is None:  # the first tick, or the latch changed: this one goes out now (and
+            self._send(g, cmd)  # again at the next deadline, where the stream takes over)
+        self._ahead = (cmd, latch_state)
+
+    def _send(self, g: GuardianClient, cmd: Command) -> None:
         try:
             g.send(cmd)
         except LinkError:

@@ -193,7 +193,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "journal": d.decisions.stats() if d.decisions is not None else None,
         "inference": d.policy.status(),
         "link": d.mirror.summary(),
-        "loop": {**d.loop.stats.as_dict(recent=True), "scheduling": d.loop.scheduling,
+        "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling,
                  "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None}
         if d.loop else None,
         "background": d.background, "mqtt_connected": bool(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,21 @@ _log = get_logger(__name__)
 TickFn = Callable[[float, int], None]
 
 
-RECENT_TICKS = 4096  # ticks whose lateness and duration `LoopStats.recent` summarizes
+HIST_BIN_S = 50e-6  # LoopStats histograms: 50 µs bins ...
+HIST_BINS = 100  # ... up to 5 ms; the last bin holds everything later or longer
+
+
+def _percentile_ms(hist: list[int], q: float) -> float | None:
+    """The upper edge (ms) of the bin holding the q-quantile; None before the first tick."""
+    total = sum(hist)
+    if not total:
+        return None
+    rank, seen = q * total, 0
+    for i, n in enumerate(hist):
+        seen += n
+        if seen >= rank:
+            return round((i + 1) * HIST_BIN_S * 1e3, 3)
+    return round(HIST_BINS * HIST_BIN_S * 1e3, 3)
 
 
 @dataclass
@@ -38,31 +51,30 @@ class LoopStats:
     max_tick_s: float = 0.0
     tick_errors: int = 0
     last_tick_mono: float = 0.0  # heartbeat for the watchdog
-    # the last RECENT_TICKS ticks: (start − deadline, duration) in s — where a period's error
-    # comes from, seen from inside the process (the robot sees the frames' arrival times)
-    recent: deque[tuple[float, float]] = field(
-        default_factory=lambda: deque(maxlen=RECENT_TICKS))
+    # Since the start: how late each tick started (after its deadline) and how long it ran, in
+    # 50 µs bins — where a period's error comes from, seen from inside the process (the robot
+    # sees the frames' arrival times). O(1) per tick; reading them sorts nothing, so a
+    # `status` request never holds the GIL long enough to delay a tick.
+    late_hist: list[int] = field(default_factory=lambda: [0] * HIST_BINS)
+    tick_hist: list[int] = field(default_factory=lambda: [0] * HIST_BINS)
 
-    def as_dict(self, recent: bool = False) -> dict[str, Any]:
-        """Counters; with `recent`, also percentiles over the last ticks (sorts 2×4096 values:
-        for `status` on request, not for every telemetry message)."""
-        out: dict[str, Any] = {
+    def record(self, late_s: float, tick_s: float) -> None:
+        i = int(late_s / HIST_BIN_S) if late_s > 0 else 0
+        self.late_hist[i if i < HIST_BINS else HIST_BINS - 1] += 1
+        j = int(tick_s / HIST_BIN_S)
+        self.tick_hist[j if j < HIST_BINS else HIST_BINS - 1] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
             "ticks": self.ticks, "overruns": self.overruns,
             "missed_periods": self.missed_periods,
             "max_late_ms": round(self.max_late_s * 1e3, 3),
             "max_tick_ms": round(self.max_tick_s * 1e3, 3), "tick_errors": self.tick_errors,
+            "late_p50_ms": _percentile_ms(self.late_hist, 0.5),
+            "late_p99_ms": _percentile_ms(self.late_hist, 0.99),
+            "tick_p50_ms": _percentile_ms(self.tick_hist, 0.5),
+            "tick_p99_ms": _percentile_ms(self.tick_hist, 0.99),
         }
-        window = list(self.recent) if recent else []
-        if window:
-            late = sorted(x[0] for x in window)
-            dur = sorted(x[1] for x in window)
-            p99 = min(len(window) - 1, int(0.99 * len(window)))
-            out["recent"] = {"n": len(window),
-                             "late_p50_ms": round(late[len(late) // 2] * 1e3, 3),
-                             "late_p99_ms": round(late[p99] * 1e3, 3),
-                             "tick_p50_ms": round(dur[len(dur) // 2] * 1e3, 3),
-                             "tick_p99_ms": round(dur[p99] * 1e3, 3)}
-        return out
 
 
 class RateLoop:
@@ -149,7 +161,7 @@ class RateLoop:
                 _log.exception("control_tick_failed", index=index)
             end = mono()
             st.max_tick_s = max(st.max_tick_s, end - now)
-            st.recent.append((late, end - now))
+            st.record(late, end - now)
             st.ticks += 1
             st.last_tick_mono = end
             index += 1
