@@ -4,12 +4,17 @@
     python -m hil.episodes --n 200 --fault gripper:weak_close --severity-range recoverable
     python -m hil.episodes --n 200 --fault gripper:weak_close --severity-range unrecoverable
     python -m hil.episodes --permanent --seed 1     # one robot, tasks until diagnostic
+    python -m hil.episodes --n 200 --fault gripper:slip --transient   # a slip while carrying
 
 Each episode is a fresh simulated robot (`hil.lockstep.Lockstep`, seeded: a random cube pose)
 with the real `Executor` as the host: status frames in, one command frame per control tick out,
-real protocol bytes both ways. An episode succeeds when the executor reports `success` AND the
-rig's true state agrees: the cube rests at the place pose and never fell. Prints the success
-rate, attempts, the failure breakdown and the executor's µs per tick (median / P99 / max).
+real protocol bytes both ways. A fault is injected before the task starts, or (`--transient`,
+`fault_after_lift_s`) once the rig's part has been carried that long, lasting `duration_s`.
+An episode succeeds when the executor reports `success` AND the rig's true state agrees: the
+cube rests at the place pose, and no drop other than one the injected slip fault caused (the
+executor's own grip letting go, or its release in the air, fails the episode; every drop is
+counted and reported). Prints the success rate, attempts, the failure breakdown and the
+executor's µs per tick (median / P99 / max).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import multiprocessing
+import random
 import statistics
 import sys
 import time
@@ -95,12 +101,14 @@ class EpisodeResult:
     outcome: str
     attempts: int
     true_ok: bool
-    drops: int
+    drops: int  # every drop of the part, whatever caused it
     failures: list[str] = field(default_factory=list)
     severity: float | None = None
     final_mode: str = ""
     duration_s: float = 0.0
     place_err_m: float = _NAN
+    regrasps: int = 0
+    drop_causes: dict[str, int] = field(default_factory=dict)
     tick_s: list[float] = field(default_factory=list, repr=False)
     tick_cpu_s: list[float] = field(default_factory=list, repr=False)
 
@@ -116,14 +124,31 @@ def _task_done(host: ExecutorHost, task_id: str) -> dict[str, Any] | None:
     return None
 
 
+def transient_slip(seed: int) -> tuple[float, float]:
+    """(after_lift_s, duration_s) of the transient slip of episode `seed`, drawn from the seed:
+    the part slips out 0-1 s into the carry (in lift or early in transfer) and the slip ends
+    within 0.1-0.8 s — while the arm holds in the re-grasp window, or shortly after."""
+    rng = random.Random(f"transient-slip:{seed}")
+    return round(rng.uniform(0.0, 1.0), 3), round(rng.uniform(0.1, 0.8), 3)
+
+
+def _carried(ls: Lockstep) -> bool:
+    obj = ls.fw.obj
+    return obj.grasped and obj.lifted
+
+
 def run_episode(robot: RobotDescription, seed: int, *, policy: Policy | None = None,
                 config: ExecutorConfig | None = None, fault: str | None = None,
                 severity: str | float | None = None, control_hz: float = 200.0,
-                timeout_s: float = 60.0,
+                timeout_s: float = 60.0, fault_duration_s: float | None = None,
+                fault_after_lift_s: float | None = None,
                 host_cls: type[ExecutorHost] | None = None) -> EpisodeResult:
     """One task on a fresh simulated robot; the rig's truth decides whether it really worked.
 
-    `host_cls` replaces the `ExecutorHost` (hil.profile_ticks plugs in one that profiles ticks).
+    The fault starts before the task, or with `fault_after_lift_s` once the rig's part has been
+    carried (grasped and lifted) that long — never, if the task ends first; it lasts
+    `fault_duration_s` (None: until the episode ends). `host_cls` replaces the `ExecutorHost`
+    (hil.profile_ticks plugs in one that profiles ticks).
     """
     latch = StopLatch()
     ex = Executor(robot, latch, policy, config)
@@ -132,27 +157,42 @@ def run_episode(robot: RobotDescription, seed: int, *, policy: Policy | None = N
     ls = Lockstep(robot, rig, seed=seed, host=host, host_period_s=1.0 / control_hz)
     ls.run_until_true(lambda: ex.object_samples >= 15, 3.0)
     sev = None
-    if fault is not None:
-        target, _, mode = fault.rpartition(":")  # sensor:<channel>:<mode> has two colons
-        sev = ls.inject(target, mode, severity=severity)["severity"]
+    target, _, mode = (fault or "").rpartition(":")  # sensor:<channel>:<mode>: two colons
+    if fault is not None and fault_after_lift_s is None:
+        sev = ls.inject(target, mode, fault_duration_s, severity)["severity"]
     reply = ex.start_task(ls.now, "t1")
     if not reply.ok:
         return EpisodeResult(seed, f"refused:{reply.code}", 0, False, ls.fw.obj.drops,
                              [reply.message], sev, ex.mode)
-    ls.run_until_true(lambda: _task_done(host, "t1") is not None, timeout_s, poll_s=0.05)
+    end = ls.now + timeout_s
+    if fault is not None and fault_after_lift_s is not None:
+        def carried_or_done() -> bool:
+            return _carried(ls) or _task_done(host, "t1") is not None
+
+        if ls.run_until_true(carried_or_done, timeout_s, poll_s=0.002) and _carried(ls):
+            ls.run_for(fault_after_lift_s)
+            if _carried(ls):
+                sev = ls.inject(target, mode, fault_duration_s, severity)["severity"]
+    ls.run_until_true(lambda: _task_done(host, "t1") is not None, max(0.0, end - ls.now),
+                      poll_s=0.05)
     done = _task_done(host, "t1")
     ls.run_for(0.2)  # let the part settle after the release
     obj = ls.fw.obj
     place = reply.result["place"]
     err = math.hypot(obj.xyz[0] - place[0], obj.xyz[1] - place[1])
-    true_ok = (not obj.grasped and obj.drops == 0 and err < 0.015
+    # A drop the injected slip caused does not fail the episode by itself (the part may be
+    # re-grasped); one the executor caused (its grip, or its release in the air) does.
+    own_drops = obj.drops - obj.drop_causes.get("slip", 0)
+    true_ok = (not obj.grasped and own_drops == 0 and err < 0.015
                and abs(obj.xyz[2] - obj.rest_z) < 1e-6)
+    regrasps = sum(e["type"] == "regrasp" for e in host.events)
+    causes = dict(obj.drop_causes)
     if done is None:
         return EpisodeResult(seed, "timeout", 0, true_ok, obj.drops, [], sev, ex.mode,
-                             timeout_s, err, host.tick_s, host.tick_cpu_s)
+                             timeout_s, err, regrasps, causes, host.tick_s, host.tick_cpu_s)
     return EpisodeResult(seed, done["outcome"], done["attempts"], true_ok, obj.drops,
-                         done["failures"], sev, ex.mode, done["duration_s"], err, host.tick_s,
-                         host.tick_cpu_s)
+                         done["failures"], sev, ex.mode, done["duration_s"], err, regrasps,
+                         causes, host.tick_s, host.tick_cpu_s)
 
 
 def _safe_episode(robot: RobotDescription, seed: int, **kw: Any) -> EpisodeResult:
@@ -162,6 +202,12 @@ def _safe_episode(robot: RobotDescription, seed: int, **kw: Any) -> EpisodeResul
     except Exception as exc:
         traceback.print_exc()
         return EpisodeResult(seed, f"error:{type(exc).__name__}: {exc}", 0, False, 0)
+
+
+def _transient_episode(job: partial[EpisodeResult], seed: int) -> EpisodeResult:
+    """`job` with the fault injected while carrying, timed by `transient_slip(seed)`."""
+    after, duration = transient_slip(seed)
+    return job(seed, fault_after_lift_s=after, fault_duration_s=duration)
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -175,6 +221,8 @@ def run_many(args: argparse.Namespace, robot: RobotDescription) -> int:
     seeds = [args.seed * 100_000 + i for i in range(args.n)]
     job = partial(_safe_episode, robot, policy=policy, fault=args.fault,
                   severity=args.severity_range, control_hz=args.control_hz)
+    if args.transient:
+        job = partial(_transient_episode, job)
     if args.jobs > 1:
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
             results = pool.map(job, seeds, chunksize=4)
@@ -192,6 +240,8 @@ def run_many(args: argparse.Namespace, robot: RobotDescription) -> int:
     print("outcomes:", dict(Counter(r.outcome for r in results)))
     print("rig disagrees with a reported success:",
           sum(r.outcome == "success" and not r.true_ok for r in results))
+    print("re-grasps:", sum(r.regrasps for r in results),
+          " drops by cause:", dict(sum((Counter(r.drop_causes) for r in results), Counter())))
     print("parts dropped:", sum(r.drops for r in results),
           " failed tasks ending in holding:",
           sum(r.outcome == "failed" and r.final_mode == "holding" for r in results))
@@ -268,6 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--fault", default=None, help="e.g. gripper:weak_close")
     ap.add_argument("--severity-range", default=None,
                     help="recoverable | unrecoverable (weak_close), or a number")
+    ap.add_argument("--transient", action="store_true",
+                    help="inject the fault while carrying, for a short time (transient_slip)")
     ap.add_argument("--policy", choices=("expert", "always_advance"), default="expert")
     ap.add_argument("--control-hz", type=float, default=200.0)
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (results do not change)")

@@ -5,11 +5,13 @@
 
 1. Demonstrations: lock-step episodes (`hil.episodes.run_episode`, the real Executor against the
    simulated edge-arm-4) on seeded cube poses, with no fault and with each fault class in
-   `FAULT_CLASSES` injected. Every decision tick records (observation vector, the action
-   `ExpertPolicy` chooses). Half the episodes are *driven* by `AlwaysAdvancePolicy` while still
-   labelled by the expert, so the data also covers states the expert itself leaves early (a
-   stalled grasp held until its L1 timeout) — the states a slightly wrong student reaches.
-2. A 23→H→H→4 ReLU MLP in numpy (seeded He init, Adam, class-weighted cross-entropy: "continue"
+   `FAULT_CLASSES` injected (before the task starts; a transient class while the part is
+   carried, timed by `hil.episodes.transient_slip(seed)`). Every decision tick records
+   (observation vector, the action `ExpertPolicy` chooses). Half the episodes are *driven* by
+   `AlwaysAdvancePolicy` while still labelled by the expert, so the data also covers states the
+   expert itself leaves early (a stalled grasp held until its L1 timeout, a re-grasp window
+   held to its end) — the states a slightly wrong student reaches.
+2. A 26→H→H→4 ReLU MLP in numpy (seeded He init, Adam, class-weighted cross-entropy: "continue"
    dominates) behind a fixed robust input scaling (`Scaling`); the ONNX graph takes the raw
    observation (the executor's interface, models/README.md): Sub, Mul, Clip, then three Gemm.
 3. Evaluation on held-out seeds, identically for the model (a real onnxruntime session behind the
@@ -78,6 +80,7 @@ class FaultClass:
     fault: str | None = None
     severity: str | float | None = None
     train_severity: tuple[float, float] | None = None  # demonstrations: uniform in this range
+    transient: bool = False  # injected while carrying, briefly: hil.episodes.transient_slip
 
 
 FAULT_CLASSES: tuple[FaultClass, ...] = (
@@ -95,6 +98,8 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
     FaultClass("sensor:joint_currents:spikes", "sensor:joint_currents:spikes", None,
                (0.3, 2.0)),
     FaultClass("sensor:object_pose:dropout", "sensor:object_pose:dropout"),
+    # last, so the seeds of the classes above stay what they were
+    FaultClass("gripper:slip transient", "gripper:slip", transient=True),
 )
 # Disjoint seed ranges: training (10 + seed) × 1e6 + …, evaluation 5e6 + …, the test 8e6 + ….
 EVAL_SEED_BASE = 5_000_000
@@ -161,6 +166,7 @@ class EpisodeJob:
     severity: str | float | None
     behaviour: str  # "expert" | "always_advance" | "model"
     model: bytes | None = None
+    transient: bool = False
 
 
 @dataclass(slots=True)
@@ -170,6 +176,8 @@ class EpisodeRecord:
     outcome: str
     attempts: int
     duration_s: float
+    regrasps: int
+    drops: int
     vectors: list[tuple[float, ...]] = field(default_factory=list, repr=False)
     labels: list[int] = field(default_factory=list, repr=False)
 
@@ -200,13 +208,15 @@ def _behaviour(job: EpisodeJob, expert: ExpertPolicy) -> Policy:
 
 def run_job(job: EpisodeJob) -> EpisodeRecord:
     """One lock-step episode, recorded (observations labelled by the expert)."""
-    from hil.episodes import run_episode
+    from hil.episodes import run_episode, transient_slip
 
     expert = expert_for()
     rec = RecordingPolicy(_behaviour(job, expert), expert)
-    r = run_episode(_robot(), job.seed, policy=rec, fault=job.fault, severity=job.severity)
-    return EpisodeRecord(r.seed, r.success, r.outcome, r.attempts, r.duration_s, rec.vectors,
-                         rec.labels)
+    after, duration = transient_slip(job.seed) if job.transient else (None, None)
+    r = run_episode(_robot(), job.seed, policy=rec, fault=job.fault, severity=job.severity,
+                    fault_after_lift_s=after, fault_duration_s=duration)
+    return EpisodeRecord(r.seed, r.success, r.outcome, r.attempts, r.duration_s, r.regrasps,
+                         r.drops, rec.vectors, rec.labels)
 
 
 def run_jobs(jobs: Sequence[EpisodeJob], n_procs: int) -> list[EpisodeRecord]:
@@ -233,13 +243,14 @@ def demonstration_jobs(seed: int, per_class: int) -> list[EpisodeJob]:
             if fc.train_severity is not None:
                 sev = round(rng.uniform(*fc.train_severity), 3)
             jobs.append(EpisodeJob(train_seed_base(seed) + ci * CLASS_SEED_STRIDE + i, fc.fault,
-                                   sev, "expert" if i % 2 == 0 else "always_advance"))
+                                   sev, "expert" if i % 2 == 0 else "always_advance",
+                                   transient=fc.transient))
     return jobs
 
 
 def eval_jobs(per_class: int, behaviour: str, model: bytes | None = None) -> list[EpisodeJob]:
     return [EpisodeJob(EVAL_SEED_BASE + ci * CLASS_SEED_STRIDE + i, fc.fault, fc.severity,
-                       behaviour, model)
+                       behaviour, model, fc.transient)
             for ci, fc in enumerate(FAULT_CLASSES) for i in range(per_class)]
 
 
@@ -428,6 +439,8 @@ def evaluate(model: bytes, per_class: int, n_procs: int,
             part = runs[name][ci * per_class:(ci + 1) * per_class]
             row[name] = round(100.0 * sum(r.success for r in part) / per_class, 1)
             row[f"{name}_attempts"] = round(sum(r.attempts for r in part) / per_class, 2)
+            row[f"{name}_regrasps"] = sum(r.regrasps for r in part)
+            row[f"{name}_drops"] = sum(r.drops for r in part)
             ok = [r.duration_s for r in part if r.success]
             row[f"{name}_success_s"] = round(sum(ok) / len(ok), 2) if ok else None
         table.append(row)

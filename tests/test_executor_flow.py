@@ -138,9 +138,13 @@ def test_observation_vector_has_the_documented_layout() -> None:
 def test_machine_guard_refuses_advance_until_the_subgoal_holds() -> None:
     class G:
         met = False
+        regrasp = False
 
         def subgoal_met(self) -> bool:
             return self.met
+
+        def regrasp_allowed(self) -> bool:
+            return self.regrasp
 
         def has_saved_task(self) -> bool:
             return False
@@ -162,6 +166,14 @@ def test_machine_guard_refuses_advance_until_the_subgoal_holds() -> None:
     g.met = True
     assert m.fire(Trigger.ADVANCE) and at(State.GRASP)
     assert m.fire(Trigger.RETRY) and at(State.GRASP)  # reflexive: a new attempt
+    assert not m.fire(Trigger.REGRASP) and at(State.GRASP)  # only from a carrying state
+    assert m.fire(Trigger.ADVANCE) and at(State.LIFT)
+    g.met = False
+    assert not m.fire(Trigger.REGRASP) and at(State.LIFT)  # its guard refuses
+    g.regrasp = True
+    assert m.fire(Trigger.REGRASP) and at(State.APPROACH)  # back to the part where it lies
+    g.met = True
+    assert m.fire(Trigger.ADVANCE) and at(State.GRASP)
     assert not m.fire(Trigger.START)  # not from grasp
     assert m.fire(Trigger.ESTOP) and at(State.ESTOP)
     assert m.fire(Trigger.REARM) and at(State.IDLE)

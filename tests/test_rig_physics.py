@@ -199,10 +199,23 @@ def test_slip_drops_a_lifted_object(robot: RobotDescription) -> None:
     assert fw.obj.lifted
     s.r.inject("gripper", "slip", duration_s=0.2)
     st = s.stream(s.true_to_encoder(lift), 0.5, GripperMode.FORCE, 15.0, 2.0)
-    assert not fw.obj.grasped and fw.obj.drops == 1
+    assert not fw.obj.grasped and fw.obj.drops == 1 and fw.obj.drop_causes == {"slip": 1}
     assert fw.obj.xyz[2] == pytest.approx(fw.obj.rest_z)
     assert st.gripper_pos < 0.01  # the fingers closed on nothing
     assert abs(st.gripper_force - fw.rig.biases_force_offset_n) < 0.5
+
+
+def test_opening_the_fingers_in_the_air_is_a_release_drop(robot: RobotDescription) -> None:
+    s = session(robot, seed=3)
+    fw = s.r.fw
+    at = _approach_object(s)
+    s.stream(s.true_to_encoder(at), 0.5, GripperMode.FORCE, 15.0, 2.0)
+    lift = list(at)
+    lift[1] += 0.3
+    s.stream(s.true_to_encoder(lift), 0.5, GripperMode.FORCE, 15.0, 2.0)
+    assert fw.obj.grasped and fw.obj.lifted
+    s.stream(s.true_to_encoder(lift), 0.3, GripperMode.POSITION, 0.08, 2.0)
+    assert not fw.obj.grasped and fw.obj.drop_causes == {"release": 1}
 
 
 def test_sensor_biases_are_hidden_in_the_reports(robot: RobotDescription) -> None:

@@ -22,7 +22,7 @@ from edge_agent.executor.kinematics import IKFailure
 from edge_agent.executor.latch import ResetRefused, StopCause, StopKind, StopLatch
 from edge_agent.executor.machine import Trigger, is_motion
 from edge_agent.executor.manual import JogController, JogFrame
-from edge_agent.executor.monitor import CollisionMonitor, ObjectEstimate
+from edge_agent.executor.monitor import CollisionMonitor
 from edge_agent.executor.policy import ExpertPolicy, Policy
 from edge_agent.executor.records import CommandResult, Outcome, Refusal, TaskRun, vec3
 from edge_agent.executor.run import Event, TaskRunner
@@ -51,7 +51,6 @@ class Executor(TaskRunner):
                                          cfg.collision_baseline_tau_s, cfg.collision_persist_s)
         self._jog = JogController(robot, self.kin, cfg.manual_speed_fraction,
                                   cfg.manual_cartesian_speed_m_s)
-        self._object = ObjectEstimate()
         self._ticked = False
 
     # -- reading -------------------------------------------------------------------------
@@ -116,7 +115,7 @@ class Executor(TaskRunner):
             self.counters.no_measurement += 1
         pose = snapshot.object_pose
         if pose is not None and pose.source is Source.MEASURED:
-            self._object.add(pose.value, pose.t_fw)
+            self._object.add(pose.value, pose.t_fw, pose.t_host)
         self._predicted = snapshot.q_source is Source.PREDICTED
         ls = self.latch.state
         if ls.generation != self._gen:

@@ -3,7 +3,9 @@
 The machine says which transitions exist and whether their guards hold (the policy proposes,
 the machine disposes); the executor performs the effects after a transition fired. States and
 triggers are data: every motion state of the task gets `advance` (guarded by its sub-goal),
-`retry` (re-enter: a new attempt) and `resume_<state>` (guarded by its precondition).
+`retry` (re-enter: a new attempt) and `resume_<state>` (guarded by its precondition); a state
+with `regrasp_to` gets `regrasp` (guarded by the re-grasp guard: a lost part seen at rest,
+reachable, budgets left).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Trigger:
     START = "start"
     ADVANCE = "advance"
     RETRY = "retry"
+    REGRASP = "regrasp"  # after a lost part: back to the approach of the part where it lies
     HOLD = "hold"  # controlled hold: cancel, policy abort, a failed task
     FINISH = "finish"  # back to idle: the task is over, or a reset left diagnostic
     DIAGNOSE = "diagnose"
@@ -39,6 +42,8 @@ class Guards(Protocol):
     """What the machine asks the executor before it lets a guarded transition fire."""
 
     def subgoal_met(self) -> bool: ...
+
+    def regrasp_allowed(self) -> bool: ...
 
     def has_saved_task(self) -> bool: ...
 
@@ -128,6 +133,9 @@ def build_transitions(guards: Guards, task: TaskSpec) -> list[dict[str, Any]]:
         out.append({"trigger": Trigger.ADVANCE, "source": s, "dest": spec.next.value,
                     "conditions": [guards.subgoal_met]})
         out.append({"trigger": Trigger.RETRY, "source": s, "dest": s})
+        if spec.regrasp_to is not None:
+            out.append({"trigger": Trigger.REGRASP, "source": s, "dest": spec.regrasp_to.value,
+                        "conditions": [guards.regrasp_allowed]})
         out.append({"trigger": Trigger.resume(spec.state), "source": holding, "dest": s,
                     "conditions": [guards.has_saved_task, guards.precondition_holds]})
     return out

@@ -5,7 +5,8 @@ or at its description's `current_max_a`, for `persist_s`. The expected current i
 online (a slow low-pass of |current| — gravity and friction change slowly with the pose), never
 below `floor_fraction` × current_max_a, and frozen while the joint is over the threshold, so a
 pushing contact cannot raise its own bar. `SensorRing`: the last N seconds of measurements at a
-low rate, for the fault record of `diagnostic`.
+low rate, for the fault record of `diagnostic`. `ObjectEstimate`: the camera's object pose, and
+whether the object has been seen at rest since a given time (the re-grasp guard).
 """
 
 from __future__ import annotations
@@ -112,22 +113,30 @@ class SensorRing:
 
 
 class ObjectEstimate:
-    """Mean of the last distinct camera samples of the object pose; restarts when it moves."""
+    """Mean of the last distinct camera samples of the object pose; restarts when it moves.
+
+    It also keeps when each sample arrived (host time), so `at_rest` can say whether the object
+    was seen lying still since some moment, from samples taken after it only.
+    """
 
     def __init__(self, max_samples: int = 30, jump_m: float = 0.02) -> None:
         self.jump_m = jump_m
         self._buf: deque[tuple[float, float, float]] = deque(maxlen=max_samples)
+        self._arrived: deque[tuple[float, tuple[float, float, float]]] = deque(
+            maxlen=max_samples)
         self._last_t: float | None = None
         self._sum = [0.0, 0.0, 0.0]
 
-    def add(self, pose: Sequence[float], sample_t: float) -> None:
-        """One camera sample and its (firmware) sample time; repeats of a sample are ignored."""
+    def add(self, pose: Sequence[float], sample_t: float, arrived_t: float = math.nan) -> None:
+        """One camera sample, its (firmware) sample time and its (host) arrival time; repeats
+        of a sample are ignored."""
         if len(pose) < 3 or sample_t == self._last_t:
             return  # the same sample again (the camera is slower than the loop)
         p = (float(pose[0]), float(pose[1]), float(pose[2]))
         if not all(math.isfinite(v) for v in p):
             return
         self._last_t = sample_t
+        self._arrived.append((arrived_t, p))
         mean = self.estimate()
         if mean is not None and math.dist(mean, p) > self.jump_m:
             self.clear()  # the object moved (or was carried): start over
@@ -151,3 +160,21 @@ class ObjectEstimate:
         if n == 0:
             return None
         return (self._sum[0] / n, self._sum[1] / n, self._sum[2] / n)
+
+    def last_arrival(self) -> float | None:
+        """Host time the newest distinct sample arrived (None before the first)."""
+        return self._arrived[-1][0] if self._arrived else None
+
+    def at_rest(self, since: float, min_samples: int, tol_m: float
+                ) -> tuple[float, float, float] | None:
+        """The mean of the newest `min_samples` samples, when all of them arrived after `since`
+        and every one lies within `tol_m` of that mean (the object is still); None otherwise."""
+        pts = [p for t, p in self._arrived if t > since][-max(1, min_samples):]
+        if len(pts) < max(1, min_samples):
+            return None  # too few samples since `since`
+        n = len(pts)
+        mean = (sum(p[0] for p in pts) / n, sum(p[1] for p in pts) / n,
+                sum(p[2] for p in pts) / n)
+        if any(math.dist(p, mean) > tol_m for p in pts):
+            return None
+        return mean

@@ -58,6 +58,12 @@ OBS_FIELDS: tuple[ObsField, ...] = (
     ObsField("subgoal_met", "1", "1 when the state's guard holds now, else 0"),
     ObsField("predicted", "1", "1 when a channel this state uses is Kalman-predicted"),
     ObsField("l3_frac", "1", "consecutive failed attempts / the L3 threshold"),
+    ObsField("part_lost_hold", "1", "1 while the task holds after a lost part (the re-grasp "
+             "window), else 0"),
+    ObsField("part_lost_elapsed_frac", "1", "time in the re-grasp window / regrasp_window_s "
+             "(0 outside it)"),
+    ObsField("regrasp_ok", "1", "1 when the machine's re-grasp guard holds now (the lost part "
+             "seen at rest, reachable, budgets left), else 0"),
 )
 OBS_INDEX = {f.name: i for i, f in enumerate(OBS_FIELDS)}
 OBS_DIM = len(OBS_FIELDS)
@@ -68,6 +74,8 @@ _I_FERR = OBS_INDEX["grip_force_err_n"]
 _I_FRATE = OBS_INDEX["grip_force_rate_n_s"]
 _I_MET = OBS_INDEX["subgoal_met"]
 _I_AT_LIMIT = OBS_INDEX["gripper_current_of_limit"]
+_I_LOST = OBS_INDEX["part_lost_hold"]
+_I_REGRASP_OK = OBS_INDEX["regrasp_ok"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,12 +113,15 @@ def action_from_scores(scores: Sequence[float]) -> Action | None:
 
 @dataclass(frozen=True, slots=True)
 class ExpertPolicy:
-    """Rule-based reference expert: advance when the sub-goal holds, give up a stalled grip early.
+    """Rule-based reference expert: advance when the sub-goal holds, give up a stalled grip early,
+    re-grasp a dropped part once the machine would accept it.
 
     A grip in contact whose force is below the band while the finger motor already draws its
     current limit, and no longer rises, cannot reach the band at this limit: proposing
     `retry_alternative` starts the next alternative (a higher limit) without waiting for the
-    L1 timeout.
+    L1 timeout. In the hold after a lost part, `retry_alternative` (re-grasp) is proposed as
+    soon as `regrasp_ok` says the part lies still within reach; until then the expert waits
+    (`continue`), and the window running out fails the task.
     """
 
     stall_after_s: float = 0.3
@@ -121,6 +132,8 @@ class ExpertPolicy:
 
     def decide(self, obs: Observation) -> Action | None:
         v = obs.vector
+        if v[_I_LOST] >= 0.5:
+            return Action.RETRY_ALTERNATIVE if v[_I_REGRASP_OK] >= 0.5 else Action.CONTINUE
         if v[_I_MET] >= 0.5:
             return Action.ADVANCE
         if (obs.state is State.GRASP and v[_I_ELAPSED] >= self.stall_after_s

@@ -75,12 +75,14 @@ class TaskRun:
     attempts: int = 0  # all attempts, every sub-goal
     failures: list[str] = field(default_factory=list)
     grip_limit_a: float | None = None  # the finger current limit of the grip that holds the part
+    regrasps: int = 0  # re-grasps after a lost part (accepted policy proposals)
 
     def as_dict(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "task": self.spec.name,
                 "object": list(self.object_xyz), "place": list(self.place_xyz),
                 "state": self.state.value if self.state else None, "attempts": self.attempts,
-                "failures": list(self.failures), "grip_limit_a": self.grip_limit_a}
+                "failures": list(self.failures), "grip_limit_a": self.grip_limit_a,
+                "regrasps": self.regrasps}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], tasks: Mapping[str, TaskSpec],
@@ -96,7 +98,8 @@ class TaskRun:
             grip = data.get("grip_limit_a")
             return cls(str(data["task_id"]), spec, obj, place, now, state,
                        int(data.get("attempts", 0)), [str(f) for f in data.get("failures", [])],
-                       float(grip) if grip is not None else None)
+                       float(grip) if grip is not None else None,
+                       int(data.get("regrasps", 0)))
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -122,6 +125,7 @@ class Attempt:
     alternative: Alternative | None = None
     in_band_since: float | None = None  # grip force inside the band since
     low_force_since: float | None = None  # carrying: grip force below part_lost since
+    part_lost_at: float | None = None  # the part was declared lost: the re-grasp window runs
 
 
 @dataclass
@@ -131,6 +135,8 @@ class Counters:
     advance_refused: int = 0
     inference_failures: int = 0
     policy_retries: int = 0
+    regrasps: int = 0  # accepted re-grasp proposals
+    regrasp_refused: int = 0  # re-grasp proposals the guard refused
     policy_aborts: int = 0
     attempts_failed: int = 0
     collisions: int = 0

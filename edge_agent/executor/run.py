@@ -5,6 +5,18 @@
 steps it every tick, asks the policy at the decision rate, checks the L1 timeout, and hands a
 failed attempt to the `FaultPolicy` (retry with an alternative, task failed, or diagnostic).
 The `Executor` (executor.py) adds the stop model, the commands and persistence on top.
+
+A lost part (extension of DESIGN.md's executor, models/README.md "Re-grasp"): the failed
+attempt is counted as always (L3 + 1, PART_LOST has no L2 alternative), then instead of ending
+the task at once the runner holds (joints hold, gripper holds, nothing moves) for
+`regrasp_window_s` and keeps asking the policy. Only `retry_alternative` can continue the task,
+and only when the machine's re-grasp guard holds (`regrasp_verdict`): the camera sees the part
+lying still on the table since it was lost (fresh samples taken after the loss), every point of
+the new task path is inside the workspace and reachable, the fingers hold nothing, the lost
+sub-goal's attempt budget and the task's re-grasp cap (`max_regrasps`) are not spent. Then the
+task restarts at the approach to the measured pose — new sub-goals, counted as attempts as
+always. Refused proposals are counted (`regrasp_refused`); any other proposal, no decision or
+the window running out ends the task `failed` in a controlled hold, exactly as before.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from edge_agent.executor.faults import (
 )
 from edge_agent.executor.kinematics import ArmKinematics, IKFailure
 from edge_agent.executor.machine import TaskMachine, Trigger
-from edge_agent.executor.monitor import SensorRing
+from edge_agent.executor.monitor import ObjectEstimate, SensorRing
 from edge_agent.executor.policy import OBS_DIM, POLICY_STATES, Action, Observation, Policy
 from edge_agent.executor.records import Attempt, Counters, Outcome, TaskRun
 from edge_agent.executor.tasks import (
@@ -86,6 +98,12 @@ class TaskRunner:
         self._last: Measured | None = None
         self._diagnostic = False
         self._predicted = False  # joint positions are Kalman-predicted (set per tick)
+        self._object = ObjectEstimate()  # fed by the Executor's tick from the camera
+        try:
+            self._camera_latency_s = robot.sensor("object_pose").latency_s
+        except KeyError:
+            self._camera_latency_s = 0.0
+        self._regrasp_cache: tuple[float, Vec3 | None, str] | None = None
         self.fault_record: dict[str, Any] | None = None
 
     # -- events --------------------------------------------------------------------------
@@ -100,7 +118,7 @@ class TaskRunner:
     # -- guards (called by the machine) --------------------------------------------------
     def subgoal_met(self) -> bool:
         m, spec, att, p = self._last, self._spec, self._attempt, self._path
-        if m is None or spec is None or att is None:
+        if m is None or spec is None or att is None or att.part_lost_at is not None:
             return False
         sg = spec.sub_goal
         if sg is SubGoal.GRIP_IN_BAND:
@@ -132,6 +150,52 @@ class TaskRunner:
 
     def was_diagnostic(self) -> bool:
         return self._diagnostic
+
+    def regrasp_allowed(self) -> bool:
+        return self.regrasp_verdict()[0] is not None
+
+    def regrasp_verdict(self) -> tuple[Vec3 | None, str]:
+        """The re-grasp guard: (the part's measured position, "") when a re-grasp may start
+        now, else (None, why not). Evaluated once per tick."""
+        c = self._regrasp_cache
+        if c is not None and c[0] == self._now:
+            return c[1], c[2]
+        target, why = self._regrasp_check()
+        self._regrasp_cache = (self._now, target, why)
+        return target, why
+
+    def _regrasp_check(self) -> tuple[Vec3 | None, str]:
+        run, spec, att, m, c = self._run, self._spec, self._attempt, self._last, self.cfg
+        if run is None or spec is None or att is None or m is None or att.part_lost_at is None:
+            return None, "no lost part to re-grasp"
+        if spec.regrasp_to is None:
+            return None, f"a part lost in {spec.state.value} is not re-grasped"
+        if run.regrasps >= c.max_regrasps:
+            return None, f"re-grasp cap reached ({run.regrasps} of {c.max_regrasps})"
+        if self.faults.attempt >= self.faults.max_attempts:
+            return None, f"{spec.state.value}: {self.faults.attempt} attempts spent"
+        if self.faults.l3_count >= self.faults.l3_threshold:
+            return None, "L3 threshold reached"
+        if self._predicted:
+            return None, "joint positions are predicted"
+        if not (m.gripper_force < c.part_lost_force_n and math.isfinite(m.gripper_pos)):
+            return None, "the fingers are not free (force on them, or no gripper reading)"
+        last = self._object.last_arrival()
+        if last is None or not self._now - last <= c.regrasp_pose_max_age_s:
+            return None, "object pose stale"
+        lost_since = att.low_force_since if att.low_force_since is not None else att.part_lost_at
+        pose = self._object.at_rest(lost_since + self._camera_latency_s,
+                                    c.regrasp_rest_samples, c.regrasp_rest_tol_m)
+        if pose is None:
+            return None, "object not seen at rest since the part was lost"
+        if pose[2] - self.robot.table_z_m > c.regrasp_max_height_m:
+            return None, f"object {pose[2] - self.robot.table_z_m:.3f} m above the table"
+        probe = TaskRun(run.task_id, run.spec, pose, run.place_xyz, run.started_at)
+        for pt in self.task_points(probe):
+            sol = self.kin.inverse(pt, q_seed=m.q)
+            if isinstance(sol, IKFailure):
+                return None, f"{sol.reason.value}: {sol.message}"
+        return pose, ""
 
     # -- attempts ------------------------------------------------------------------------
     def _waypoints(self, kind: PathKind) -> list[tuple[SegmentKind, Vec3]]:
@@ -210,6 +274,8 @@ class TaskRunner:
     def _motion_tick(self, now: float, m: Measured, dt: float) -> Command:
         spec, att = self._spec, self._attempt
         assert spec is not None and att is not None
+        if att.part_lost_at is not None:
+            return self._part_lost_tick(now, m, att)
         cmd = self._compose(spec, m, dt)
         f = m.gripper_force
         if spec.sub_goal is SubGoal.GRIP_IN_BAND:
@@ -240,6 +306,40 @@ class TaskRunner:
                               f"sub-goal {spec.sub_goal.value} not met in {att.timeout_s:.2f} s")
         return cmd
 
+    def _part_lost_tick(self, now: float, m: Measured, att: Attempt) -> Command:
+        """The re-grasp window: hold still, ask the policy, fail the task when it runs out."""
+        if self._pending is not None:
+            out = self._poll_pending(now, m)
+            if out is not None:
+                return out
+        if now >= self._next_decision:
+            self._next_decision = now + self._decision_period
+            out = self._decide(now, m)
+            if out is not None:
+                return out
+        lost_at = att.part_lost_at
+        assert lost_at is not None
+        if now - lost_at >= self.cfg.regrasp_window_s:
+            _, why = self.regrasp_verdict()
+            return self._end_task(now, Outcome.FAILED,
+                                  f"{att.state.value} failed (part_lost): no re-grasp within "
+                                  f"{self.cfg.regrasp_window_s:g} s"
+                                  + (f" ({why})" if why else ""), Trigger.HOLD)
+        return self._hold()
+
+    def _start_regrasp(self, now: float, m: Measured, target: Vec3) -> Command:
+        """The machine accepted a re-grasp: the task goes on from the approach to `target`."""
+        run, att = self._run, self._attempt
+        assert run is not None and att is not None
+        run.regrasps += 1
+        self.counters.regrasps += 1
+        self._emit("regrasp", task_id=run.task_id, state=att.state.value,
+                   object=[round(v, 5) for v in target], old_object=list(run.object_xyz),
+                   regrasp=run.regrasps)
+        run.object_xyz = target
+        self.faults.begin_subgoal()
+        return self._begin_attempt(now, m, None)
+
     # -- decisions -----------------------------------------------------------------------
     def observe(self, now: float, m: Measured) -> Observation:
         """The policy's input vector (layout and units: policy.OBS_FIELDS)."""
@@ -264,9 +364,17 @@ class TaskRunner:
             limit / g.current_max_a, m.gripper_current / limit,
             1.0 if self.subgoal_met() else 0.0, 1.0 if self._predicted else 0.0,
             self.faults.l3_count / self.faults.l3_threshold,
+            *self._part_lost_fields(now, att),
         ]
         self._prev_obs = (now, m.gripper_pos, m.gripper_force)
         return Observation(spec.state, tuple(v))
+
+    def _part_lost_fields(self, now: float, att: Attempt) -> tuple[float, float, float]:
+        """part_lost_hold, part_lost_elapsed_frac, regrasp_ok (see policy.OBS_FIELDS)."""
+        if att.part_lost_at is None:
+            return 0.0, 0.0, 0.0
+        frac = (now - att.part_lost_at) / self.cfg.regrasp_window_s
+        return 1.0, frac, 1.0 if self.regrasp_allowed() else 0.0
 
     def _decide(self, now: float, m: Measured) -> Command | None:
         """One decision. A policy with `begin(obs)` (the inference router) is never waited
@@ -320,6 +428,19 @@ class TaskRunner:
                 self._sink(obs, action, True)
                 return self._advanced(now, m)
             self.counters.advance_refused += 1
+            self._sink(obs, action, False)
+            return None
+        att = self._attempt
+        if action is Action.RETRY_ALTERNATIVE and att is not None and att.part_lost_at is not None:
+            if self._fsm.fire(Trigger.REGRASP):
+                target, _ = self.regrasp_verdict()
+                assert target is not None  # the guard just held, this tick
+                self._sink(obs, action, True)
+                return self._start_regrasp(now, m, target)
+            self.counters.regrasp_refused += 1
+            _, why = self.regrasp_verdict()
+            self._emit("regrasp_refused", task_id=self._run.task_id if self._run else None,
+                       state=att.state.value, reason=why)
             self._sink(obs, action, False)
             return None
         self._sink(obs, action, True)
@@ -376,6 +497,9 @@ class TaskRunner:
                    l3_count=d.l3_count)
         if d.verdict is Verdict.DIAGNOSTIC:
             return self._enter_diagnostic(now, m)
+        if (d.verdict is Verdict.TASK_FAILED and kind is FailureKind.PART_LOST
+                and spec.regrasp_to is not None and self.cfg.regrasp_window_s > 0):
+            return self._open_regrasp_window(now, att)
         if d.verdict is Verdict.TASK_FAILED:
             why = "no retry helps" if kind is FailureKind.PART_LOST else \
                 f"{att.number} attempts spent"
@@ -383,6 +507,17 @@ class TaskRunner:
                                   f"{att.state.value} failed ({kind.value}): {why}", Trigger.HOLD)
         self._fsm.fire(Trigger.RETRY)
         return self._begin_attempt(now, m, d.alternative)
+
+    def _open_regrasp_window(self, now: float, att: Attempt) -> Command:
+        """A lost part: hold still and let the policy propose a re-grasp (see the module doc)."""
+        run = self._run
+        assert run is not None
+        att.part_lost_at = now
+        self._path = None
+        self._grip = None
+        self._emit("part_lost_hold", task_id=run.task_id, state=att.state.value,
+                   window_s=self.cfg.regrasp_window_s)
+        return self._hold()
 
     def _enter_diagnostic(self, now: float, m: Measured) -> Command:
         run, att = self._run, self._attempt

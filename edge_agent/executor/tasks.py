@@ -7,6 +7,7 @@ alternative, a different timeout) is a change to these tables and `ExecutorConfi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -118,6 +119,9 @@ class StateSpec:
     gripper: GripperAction
     precondition: Precondition
     alternatives: Mapping[FailureKind, tuple[Alternative, ...]]
+    # A part lost in this state may be re-grasped from this state (a policy proposal the
+    # machine's guard must accept, never an L2 rule); None: a lost part fails the task.
+    regrasp_to: State | None = None
 
     def alternatives_for(self, kind: FailureKind) -> tuple[Alternative, ...]:
         return self.alternatives.get(kind, ())
@@ -163,10 +167,12 @@ PICK_PLACE = TaskSpec("pick_place", (
                      FailureKind.GRIP_STRONG: _RETRY})),
     StateSpec(State.LIFT, ControllerKind.JOINT_POSITION, SubGoal.CARRY_AT_TARGET, 4.0,
               State.TRANSFER, PathKind.LIFT, GripperAction.GRIP, Precondition.PART_GRIPPED,
-              _alts({FailureKind.NOT_CONVERGED: _SLOWER, FailureKind.POLICY_RETRY: _SLOWER})),
+              _alts({FailureKind.NOT_CONVERGED: _SLOWER, FailureKind.POLICY_RETRY: _SLOWER}),
+              regrasp_to=State.APPROACH),
     StateSpec(State.TRANSFER, ControllerKind.JOINT_POSITION, SubGoal.CARRY_AT_TARGET, 6.0,
               State.RELEASE, PathKind.TO_PLACE, GripperAction.GRIP, Precondition.PART_GRIPPED,
-              _alts({FailureKind.NOT_CONVERGED: _SLOWER, FailureKind.POLICY_RETRY: _SLOWER})),
+              _alts({FailureKind.NOT_CONVERGED: _SLOWER, FailureKind.POLICY_RETRY: _SLOWER}),
+              regrasp_to=State.APPROACH),
     StateSpec(State.RELEASE, ControllerKind.GRIPPER_OPEN, SubGoal.GRIPPER_OPENED, 1.5,
               State.RETREAT, PathKind.NONE, GripperAction.OPEN, Precondition.NONE,
               _alts({FailureKind.NOT_RELEASED: _RETRY, FailureKind.POLICY_RETRY: _RETRY})),
@@ -174,7 +180,10 @@ PICK_PLACE = TaskSpec("pick_place", (
               State.IDLE, PathKind.RETREAT, GripperAction.OPEN, Precondition.NONE,
               _alts({FailureKind.NOT_CONVERGED: _SLOWER, FailureKind.POLICY_RETRY: _SLOWER})),
 ))
-# PART_LOST has no alternative on purpose: a part that fell is not picked up again blindly.
+# PART_LOST has no alternative on purpose: a part that fell is not picked up again blindly. The
+# rules never re-grasp; after a lost part the executor holds for `regrasp_window_s`, and only a
+# policy's `retry_alternative` that the re-grasp guard accepts (the camera sees the part at rest,
+# reachable, budgets left: run.TaskRunner.regrasp_allowed) goes back to `regrasp_to`.
 
 TASKS: Mapping[str, TaskSpec] = MappingProxyType({PICK_PLACE.name: PICK_PLACE})
 MOTION_STATES = frozenset(s.state for s in PICK_PLACE.states)
@@ -222,6 +231,17 @@ class ExecutorConfig:
     manual_cartesian_speed_m_s: float = 0.05
     jog_ttl_max_ms: int = 200
     jog_loss_trips: bool = True  # a moving jog stream that expires is a protective stop
+    # After a lost part: hold this long for the policy's re-grasp proposal (0: fail at once).
+    regrasp_window_s: float = 0.5
+    max_regrasps: int = 1  # re-grasps per task
+    # The re-grasp guard's "at rest": at least this many camera samples taken after the part
+    # was lost, each within regrasp_rest_tol_m of their mean (the camera's noise is ~2 mm per
+    # axis), the newest no older than regrasp_pose_max_age_s, the part's centre at most
+    # regrasp_max_height_m above the table.
+    regrasp_rest_samples: int = 6
+    regrasp_rest_tol_m: float = 0.010
+    regrasp_pose_max_age_s: float = 0.15
+    regrasp_max_height_m: float = 0.05
 
     def timeout(self, state: State, default: float) -> float:
         return float(self.l1_timeouts_s.get(state.value, default))
@@ -235,6 +255,15 @@ class ExecutorConfig:
         for name in positive:
             if not getattr(self, name) > 0:
                 raise ValueError(f"executor.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("regrasp_rest_tol_m", "regrasp_pose_max_age_s", "regrasp_max_height_m"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"executor.{name} must be > 0, got {getattr(self, name)}")
+        if not (self.regrasp_window_s >= 0 and math.isfinite(self.regrasp_window_s)):
+            raise ValueError(f"executor.regrasp_window_s must be a finite number >= 0, got "
+                             f"{self.regrasp_window_s}")
+        if self.max_regrasps < 0 or self.regrasp_rest_samples < 1:
+            raise ValueError("executor.max_regrasps must be >= 0 and "
+                             "executor.regrasp_rest_samples >= 1")
         if self.max_attempts < 1 or self.l3_threshold < 1:
             raise ValueError("executor.max_attempts and executor.l3_threshold must be >= 1")
         if not 0 < self.jog_ttl_max_ms <= 200:

@@ -9,7 +9,9 @@ Pure: `Gripper.step(dt, tool, obj)` advances one firmware tick. The model:
   force_max_n / current_max_a; the motor current is the mode's demand capped by the command's
   current limit (clamped by the firmware to the description's range);
 - the object is grasped once the force reaches grasp_force_min_n, then follows the tool; below
-  that force (or while a `slip` fault is active) a lifted object drops to the table.
+  that force (or while a `slip` fault is active) a lifted object drops to the table. Every drop
+  is counted with its cause: `slip` (the injected fault), `weak` (the grip force fell below
+  grasp_force_min_n), `release` (the fingers were commanded open with the part in the air).
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ class WorldObject:
         self.grasped = False
         self.offset = (0.0, 0.0, 0.0)
         self.drops = 0
+        self.drop_causes: dict[str, int] = {}  # slip | weak | release -> count
 
     def place(self, xyz: tuple[float, float, float] | list[float]) -> None:
         self.grasped = False
         self.xyz = [float(xyz[0]), float(xyz[1]), max(float(xyz[2]), self.rest_z)]
 
-    def drop(self) -> None:
-        """Fall out of the fingers onto the table below."""
+    def drop(self, cause: str) -> None:
+        """Fall out of the fingers onto the table below (`cause`: slip | weak | release)."""
         self.grasped = False
         self.xyz[2] = self.rest_z
         self.drops += 1
+        self.drop_causes[cause] = self.drop_causes.get(cause, 0) + 1
 
     @property
     def lifted(self) -> bool:
@@ -118,7 +122,7 @@ class Gripper:
             k = 1.0
         if obj.grasped:
             if self.slip and obj.lifted:
-                obj.drop()
+                obj.drop("slip")
                 self.contact = self.straddling = False
         elif self._in_zone(tool, obj):
             if self.opening > obj.size:
@@ -134,7 +138,7 @@ class Gripper:
             if obj.grasped:
                 obj.grasped = False
                 if obj.lifted:
-                    obj.drop()
+                    obj.drop("release")
         if self.contact:
             self.current += (self._demand() - self.current) * k
             target_f = self.force_per_amp * self.current * (1.0 - self.weak_severity)
@@ -145,7 +149,7 @@ class Gripper:
                 obj.grasped = True
                 obj.offset = (obj.xyz[0] - tool[0], obj.xyz[1] - tool[1], obj.xyz[2] - tool[2])
             elif obj.grasped and self.force < self.grasp_min and obj.lifted:
-                obj.drop()
+                obj.drop("weak")
                 self.contact = self.straddling = False
                 self.force = 0.0
         else:
