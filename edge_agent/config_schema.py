@@ -209,6 +209,10 @@ class ExecutorSection:
     reset_min_interval_s: float = opt("float", 1.0, lo=0.0, hi=60.0)
     jog_speed_scale: float = opt("float", 0.25, lo=0.0, lo_open=True, hi=1.0)
     diagnostic_capture_s: float = opt("float", 10.0, lo=0.0, lo_open=True, hi=600.0)
+    regrasp_window_s: float = opt("float", 0.5, lo=0.0, hi=10.0,
+                                  hint="hold after a lost part while the policy may propose a "
+                                       "re-grasp; 0 = a lost part fails the task at once")
+    max_regrasps: int = opt("int", 1, lo=0, hi=5)
 
 
 @dataclass(frozen=True, slots=True)

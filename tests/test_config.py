@@ -52,6 +52,17 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
     assert len(c.hash) == 12 and int(c.hash, 16) >= 0
 
 
+def test_executor_keys_reach_the_executor(tmp_path: Path) -> None:
+    from edge_agent.daemon.app import executor_config
+
+    e = executor_config(load(tmp_path))
+    assert (e.regrasp_window_s, e.max_regrasps) == (0.5, 1)  # the documented defaults
+    e = executor_config(load(tmp_path, overrides=["executor.regrasp_window_s=0",
+                                                   "executor.max_regrasps=2",
+                                                   "executor.l3_threshold=7"]))
+    assert (e.regrasp_window_s, e.max_regrasps, e.l3_threshold) == (0.0, 2, 7)
+
+
 def test_sim_mode_lets_link_port_be_absent(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as ei:
         load(tmp_path, {"link": {"port": None}})
@@ -124,6 +135,8 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("link", "reader_priority", "30", "must be below link.guardian_priority (30)"),
     ("link", "reader_priority", "-2", "must be >= 0"),
     ("executor", "max_attempts", "0", "must be >= 1 and <= 10"),
+    ("executor", "regrasp_window_s", "-1", "must be >= 0 and <= 10"),
+    ("executor", "max_regrasps", "9", "must be >= 0 and <= 5"),
     ("executor", "l3_threshold", "0", "must be >= 1"),
     ("executor", "tool_tolerance_m", "0", "must be > 0"),
     ("executor", "grip_force_n", "100", "outside the gripper's force range 0..40 N"),

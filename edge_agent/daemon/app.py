@@ -70,6 +70,7 @@ def executor_config(cfg: Config) -> ExecutorConfig:
         l3_threshold=e.l3_threshold, collision_current_factor=e.collision_current_factor,
         decision_hz=cfg.control.decision_hz, diagnostic_window_s=e.diagnostic_capture_s,
         manual_speed_fraction=e.jog_speed_scale,
+        regrasp_window_s=e.regrasp_window_s, max_regrasps=e.max_regrasps,
         l1_timeouts_s={k: float(getattr(e.l1_timeouts_s, k)) for k in (
             "approach", "grasp", "lift", "transfer", "release", "retreat")})
 
