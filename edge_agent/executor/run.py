@@ -292,31 +292,31 @@ class TaskRunner:
                                       f"grip force {f:.2f} N while carrying")
             else:
                 att.low_force_since = None
-        if self._pending is not None:  # a decision in flight (a remote backend): poll it
-            out = self._poll_pending(now, m)
-            if out is not None:
-                return out
-        if now >= self._next_decision:
-            self._next_decision = now + self._decision_period
-            out = self._decide(now, m)
-            if out is not None:
-                return out
+        out = self._policy_step(now, m)
+        if out is not None:
+            return out
         if now - att.started >= att.timeout_s:
             return self._fail(now, m, self._classify(m),
                               f"sub-goal {spec.sub_goal.value} not met in {att.timeout_s:.2f} s")
         return cmd
 
-    def _part_lost_tick(self, now: float, m: Measured, att: Attempt) -> Command:
-        """The re-grasp window: hold still, ask the policy, fail the task when it runs out."""
+    def _policy_step(self, now: float, m: Measured) -> Command | None:
+        """Poll a decision in flight (a remote backend), or ask for one when it is due; the
+        command of a transition the decision caused, else None."""
         if self._pending is not None:
             out = self._poll_pending(now, m)
             if out is not None:
                 return out
         if now >= self._next_decision:
             self._next_decision = now + self._decision_period
-            out = self._decide(now, m)
-            if out is not None:
-                return out
+            return self._decide(now, m)
+        return None
+
+    def _part_lost_tick(self, now: float, m: Measured, att: Attempt) -> Command:
+        """The re-grasp window: hold still, ask the policy, fail the task when it runs out."""
+        out = self._policy_step(now, m)
+        if out is not None:
+            return out
         lost_at = att.part_lost_at
         assert lost_at is not None
         if now - lost_at >= self.cfg.regrasp_window_s:
