@@ -23,6 +23,7 @@ from edge_agent.executor.latch import ResetRefused, StopCause, StopKind, StopLat
 from edge_agent.executor.machine import Trigger, is_motion
 from edge_agent.executor.manual import JogController, JogFrame
 from edge_agent.executor.monitor import CollisionMonitor
+from edge_agent.executor.paths import task_points
 from edge_agent.executor.policy import ExpertPolicy, Policy
 from edge_agent.executor.records import CommandResult, Outcome, Refusal, TaskRun, vec3
 from edge_agent.executor.run import Event, TaskRunner
@@ -237,7 +238,7 @@ class Executor(TaskRunner):
         except (TypeError, ValueError) as exc:
             return CommandResult.refuse(Refusal.BAD_ARGS, f"object/place: {exc}")
         run = TaskRun(task_id, spec, obj, place, now)
-        for pt in self.task_points(run):
+        for pt in task_points(spec, obj, place, self.cfg):
             sol = self.kin.inverse(pt, q_seed=m.q)
             if isinstance(sol, IKFailure):
                 return CommandResult.refuse(Refusal(sol.reason.value), sol.message)

@@ -6,17 +6,8 @@ steps it every tick, asks the policy at the decision rate, checks the L1 timeout
 failed attempt to the `FaultPolicy` (retry with an alternative, task failed, or diagnostic).
 The `Executor` (executor.py) adds the stop model, the commands and persistence on top.
 
-A lost part (extension of DESIGN.md's executor, models/README.md "Re-grasp"): the failed
-attempt is counted as always (L3 + 1, PART_LOST has no L2 alternative), then instead of ending
-the task at once the runner holds (joints hold, gripper holds, nothing moves) for
-`regrasp_window_s` and keeps asking the policy. Only `retry_alternative` can continue the task,
-and only when the machine's re-grasp guard holds (`regrasp_verdict`): the camera sees the part
-lying still on the table since it was lost (fresh samples taken after the loss), every point of
-the new task path is inside the workspace and reachable, the fingers hold nothing, the lost
-sub-goal's attempt budget and the task's re-grasp cap (`max_regrasps`) are not spent. Then the
-task restarts at the approach to the measured pose — new sub-goals, counted as attempts as
-always. Refused proposals are counted (`regrasp_refused`); any other proposal, no decision or
-the window running out ends the task `failed` in a controlled hold, exactly as before.
+A lost part may be re-grasped when the policy proposes it and the machine's guard holds: see
+regrasp.py.
 """
 
 from __future__ import annotations
@@ -30,7 +21,6 @@ from edge_agent.executor.controllers import (
     Measured,
     PathController,
     PathTuning,
-    SegmentKind,
     Vec3,
     plan_path,
 )
@@ -43,15 +33,16 @@ from edge_agent.executor.faults import (
 from edge_agent.executor.kinematics import ArmKinematics, IKFailure
 from edge_agent.executor.machine import TaskMachine, Trigger
 from edge_agent.executor.monitor import ObjectEstimate, SensorRing
+from edge_agent.executor.paths import path_waypoints, task_points
 from edge_agent.executor.policy import OBS_DIM, POLICY_STATES, Action, Observation, Policy
 from edge_agent.executor.records import Attempt, Counters, Outcome, TaskRun
+from edge_agent.executor.regrasp import part_at_rest, regrasp_blocker
 from edge_agent.executor.tasks import (
     Alternative,
     ControllerKind,
     ExecutorConfig,
     FailureKind,
     GripperAction,
-    PathKind,
     State,
     StateSpec,
     SubGoal,
@@ -170,59 +161,25 @@ class TaskRunner:
             return None, "no lost part to re-grasp"
         if spec.regrasp_to is None:
             return None, f"a part lost in {spec.state.value} is not re-grasped"
-        if run.regrasps >= c.max_regrasps:
-            return None, f"re-grasp cap reached ({run.regrasps} of {c.max_regrasps})"
-        if self.faults.attempt >= self.faults.max_attempts:
-            return None, f"{spec.state.value}: {self.faults.attempt} attempts spent"
-        if self.faults.l3_count >= self.faults.l3_threshold:
-            return None, "L3 threshold reached"
-        if self._predicted:
-            return None, "joint positions are predicted"
-        if not (m.gripper_force < c.part_lost_force_n and math.isfinite(m.gripper_pos)):
-            return None, "the fingers are not free (force on them, or no gripper reading)"
-        last = self._object.last_arrival()
-        if last is None or not self._now - last <= c.regrasp_pose_max_age_s:
-            return None, "object pose stale"
+        f = self.faults
+        why = regrasp_blocker(c, m, regrasps=run.regrasps, predicted=self._predicted,
+                              attempts_spent=(f"{spec.state.value}: {f.attempt} attempts spent"
+                                              if f.attempt >= f.max_attempts else ""),
+                              l3_reached=f.l3_count >= f.l3_threshold)
+        if why:
+            return None, why
         lost_since = att.low_force_since if att.low_force_since is not None else att.part_lost_at
-        pose = self._object.at_rest(lost_since + self._camera_latency_s,
-                                    c.regrasp_rest_samples, c.regrasp_rest_tol_m)
+        pose, why = part_at_rest(c, self._object, self._now, lost_since + self._camera_latency_s,
+                                 self.robot.table_z_m)
         if pose is None:
-            return None, "object not seen at rest since the part was lost"
-        if pose[2] - self.robot.table_z_m > c.regrasp_max_height_m:
-            return None, f"object {pose[2] - self.robot.table_z_m:.3f} m above the table"
-        probe = TaskRun(run.task_id, run.spec, pose, run.place_xyz, run.started_at)
-        for pt in self.task_points(probe):
+            return None, why
+        for pt in task_points(run.spec, pose, run.place_xyz, c):
             sol = self.kin.inverse(pt, q_seed=m.q)
             if isinstance(sol, IKFailure):
                 return None, f"{sol.reason.value}: {sol.message}"
         return pose, ""
 
     # -- attempts ------------------------------------------------------------------------
-    def _waypoints(self, kind: PathKind) -> list[tuple[SegmentKind, Vec3]]:
-        run = self._run
-        assert run is not None
-        o, p, c = run.object_xyz, run.place_xyz, self.cfg
-        up = (o[0], o[1], o[2] + c.lift_height_m)
-        place = (p[0], p[1], p[2] - c.place_press_m)
-        above_place = (p[0], p[1], p[2] + c.lift_height_m)
-        if kind is PathKind.TO_GRASP:
-            return [(SegmentKind.FREE, (o[0], o[1], o[2] + c.approach_clearance_m)),
-                    (SegmentKind.LINEAR, o)]
-        if kind is PathKind.LIFT:
-            return [(SegmentKind.LINEAR, up)]
-        if kind is PathKind.TO_PLACE:
-            return [(SegmentKind.FREE, above_place), (SegmentKind.LINEAR, place)]
-        return [(SegmentKind.LINEAR, (p[0], p[1], p[2] + c.retreat_height_m))]
-
-    def task_points(self, run: TaskRun) -> list[Vec3]:
-        """Every point the task's paths pass through (validated before a task starts)."""
-        saved, self._run = self._run, run
-        try:
-            return [pt for s in run.spec.states if s.path is not PathKind.NONE
-                    for _, pt in self._waypoints(s.path)]
-        finally:
-            self._run = saved
-
     def _begin_attempt(self, now: float, m: Measured, alt: Alternative | None) -> Command:
         run = self._run
         assert run is not None
@@ -236,7 +193,8 @@ class TaskRunner:
         self._prev_obs = (now, m.gripper_pos, m.gripper_force)
         self._path = None
         if spec.controller is ControllerKind.JOINT_POSITION:
-            plan = plan_path(self.kin, m.q, m.tool_xyz, self._waypoints(spec.path),
+            plan = plan_path(self.kin, m.q, m.tool_xyz,
+                             path_waypoints(spec.path, run.object_xyz, run.place_xyz, self.cfg),
                              self.cfg.path_step_m)
             if isinstance(plan, IKFailure):
                 return self._fail(now, m, FailureKind.NOT_CONVERGED, plan.message)
