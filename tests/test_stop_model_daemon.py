@@ -277,11 +277,11 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     task, place = start.result["task_id"], start.result["place"]
     h.run_for(1.0)
     assert h.daemon.mode() == "running"
-    assert h.daemon.ahead_discarded == 0
+    assert h.daemon.output.discarded == 0
     h.press()
     h.run_for(0.01)
     assert h.daemon.mode() == "estop"
-    assert h.daemon.ahead_discarded == (1 if ahead else 0)
+    assert h.daemon.output.discarded == (1 if ahead else 0)
     n = len(h.handed)
     h.run_for(0.5)
     assert not any(motion(f.msg) for f in h.handed[n:])

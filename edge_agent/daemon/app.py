@@ -29,6 +29,7 @@ from edge_agent.daemon import persist
 from edge_agent.daemon.handlers import register_handlers
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
+from edge_agent.daemon.output import CommandOutput
 from edge_agent.daemon.policy import DaemonPolicy
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.publisher import Publisher
@@ -39,7 +40,7 @@ from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause, StopLatch
 from edge_agent.executor.loop import RateLoop
 from edge_agent.executor.tasks import ExecutorConfig
-from edge_agent.link.codec import Command, Enable, Mode, Stop, StopCategory, StopReason
+from edge_agent.link.codec import Command, Enable, Message, Mode, Stop, StopCategory, StopReason
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_spawn import Spawned, spec_from_config
 from edge_agent.log import get_logger
@@ -129,11 +130,7 @@ class Daemon:
         self._stop_event = threading.Event()
         self._stopped = False
         self._send_errors = 0
-        # control.output_at_deadline: the command computed by the last tick, and the latch
-        # state it was computed under (sent at the next deadline only if that is unchanged)
-        self._ahead: tuple[Command, LatchState] | None = None
-        self._output_at_deadline = config.control.output_at_deadline
-        self.ahead_discarded = 0  # precomputed commands dropped because the latch changed
+        self.output = CommandOutput(self._send, config.control.output_at_deadline)
         self._background_done = threading.Event()
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
@@ -295,22 +292,10 @@ class Daemon:
 
     # -- control thread --------------------------------------------------------------------
     def _tick(self, now: float, index: int) -> None:
-        """One control period: sensors → executor → one COMMAND frame to the guardian.
-
-        With `control.output_at_deadline` the frame computed in this tick goes out at the
-        start of the next one, so the robot receives the stream on the loop's deadlines
-        whatever a tick's duration (one period more latency). A precomputed frame is never
-        sent across a latch change: the stop model holds for what leaves this thread."""
-        g = self.guardian
-        if g is None:
+        """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
+        if self.guardian is None:
             return
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            if ahead[1] is self.latch.state:
-                self._send(g, ahead[0])
-            else:
-                self.ahead_discarded += 1
-                ahead = None
+        self.output.begin_tick(self.latch.state)
         snap = self.hub.snapshot(now)
         with self.exec_lock:
             latch_state = self.latch.state
@@ -318,38 +303,28 @@ class Daemon:
             events = self.executor.drain_events()
         if events:
             self._exec_events.extend(events)  # published by the main thread, not here
-        if not self._output_at_deadline:
-            self._send(g, cmd)
-            return
-        if ahead is None:  # the first tick, or the latch changed: this one goes out now (and
-            self._send(g, cmd)  # again at the next deadline, where the stream takes over)
-        self._ahead = (cmd, latch_state)
+        self.output.end_tick(cmd, latch_state)
 
-    def _send(self, g: GuardianClient, cmd: Command) -> None:
+    def _send(self, msg: Message) -> None:
+        """A frame to the guardian; a failed send is counted (the guardian's loss is handled
+        by its client and the latch, not here)."""
+        if self.guardian is None:
+            return
         try:
-            g.send(cmd)
+            self.guardian.send(msg)
         except LinkError:
             self._send_errors += 1
 
     def enable_drives(self) -> None:
         """Before new motion: the guardian passes no motion after a reset until an ENABLE."""
-        if self.guardian is not None:
-            try:
-                self.guardian.send(Enable(True))
-            except LinkError:
-                self._send_errors += 1
+        self._send(Enable(True))
 
     # -- callbacks -------------------------------------------------------------------------
     def _send_stop(self, cause: StopCause) -> None:
-        if self.guardian is None:
-            return
         cat = StopCategory.CAT0 if cause in ESTOP_CAUSES else StopCategory.CAT2
         reason = _STOP_REASON.get(cause, StopReason.ESTOP_REMOTE if cause in ESTOP_CAUSES
                                   else StopReason.PROTECTIVE)
-        try:
-            self.guardian.send(Stop(cat, reason))
-        except LinkError:
-            self._send_errors += 1
+        self._send(Stop(cat, reason))
 
     def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
         if cause is not None:
@@ -387,11 +362,8 @@ class Daemon:
     def estop(self, cause: StopCause) -> None:
         """Any e-stop source: latch (the listener sends the stop frame) — and send it again."""
         now = self.clock.now()
-        if not self.latch.trip(cause, now) and self.guardian is not None:
-            try:
-                self.guardian.send(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE))
-            except LinkError:
-                self._send_errors += 1
+        if not self.latch.trip(cause, now):
+            self._send(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE))
 
     def status(self) -> dict[str, Any]:
         from edge_agent.daemon.handlers import status_payload

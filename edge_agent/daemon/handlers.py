@@ -194,7 +194,9 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "inference": d.policy.status(),
         "link": d.mirror.summary(),
         "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling,
-                 "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None}
+                 "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None,
+                 "output_at_deadline": d.output.at_deadline,
+                 "held_commands_discarded": d.output.discarded}
         if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),
