@@ -14,7 +14,9 @@ periods ≤ 1e-4.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -97,6 +99,17 @@ def _bare(rate_hz: float, n: int, priority: int) -> list[float]:
         print(f"bare loop {'at SCHED_FIFO ' + str(priority) if priority else ''} failed: {exc}")
         return []
     return [float(x) for x in out.split()]
+
+
+def _guardian_exit(log: Path) -> dict[str, Any] | None:
+    """The guardian's exit record (its counters) from the daemon's log, if it wrote one."""
+    for line in log.read_text(errors="replace").splitlines():
+        if '"edge_agent.link.guardian"' in line and '"exit"' in line:
+            with contextlib.suppress(ValueError):
+                rec: dict[str, Any] = json.loads(line[line.index("{"):])
+                if rec.get("event") == "exit":
+                    return rec
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -187,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                   period_stats(bare_fifo, period)))
     print(fmt("bare Python loop, SCHED_OTHER        ", period_stats(bare_other, period)))
     print(f"daemon loop counters: {st['loop']}")
+    g = _guardian_exit(tmp / "daemon.log")
+    if g is not None:
+        timed = {k: v for k, v in g["rules"].items() if k.startswith("timed_")}
+        print(f"guardian (whole run): {timed}, its timer woke late by up to "
+              f"{g['max_timer_late_ms']:.3f} ms, busy up to {g['max_busy_ms']:.3f} ms")
     print(f"logs: {tmp / 'daemon.log'}")
     return 0
 

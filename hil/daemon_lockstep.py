@@ -38,7 +38,16 @@ from edge_agent.config import Config, load_config
 from edge_agent.daemon.app import Daemon
 from edge_agent.daemon.handlers import register_handlers
 from edge_agent.errors import LinkError
-from edge_agent.link.codec import Command, Enable, Frame, GReset, GState, Hello, Message
+from edge_agent.link.codec import (
+    Command,
+    Enable,
+    Frame,
+    GAt,
+    GReset,
+    GState,
+    Hello,
+    Message,
+)
 from edge_agent.link.guardian_rules import Actions, GuardianRules, Limits
 from edge_agent.link.messages import FrameType
 from edge_agent.robot import RobotDescription
@@ -290,6 +299,8 @@ _ids = itertools.count(1)
 
 
 def motion(msg: Message) -> bool:
-    """A frame that would move the robot: a moving COMMAND or ENABLE(1)."""
+    """A frame that would move the robot: a moving COMMAND (timed or not) or ENABLE(1)."""
+    if isinstance(msg, GAt):
+        msg = msg.cmd
     return ((isinstance(msg, Command) and msg.moves)
             or (isinstance(msg, Enable) and msg.enable))

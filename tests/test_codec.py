@@ -26,6 +26,7 @@ from edge_agent.link.codec import (
     EventCode,
     Frame,
     FrameDecoder,
+    GAt,
     GReset,
     GripperMode,
     GState,
@@ -69,6 +70,10 @@ GOLDEN: list[tuple[Message, int, str, str, tuple[object, ...]]] = [
     (Ping(0x0102030405060708), 3, "000305030d0807060504030201e194093100",
      "<Q", (0x0102030405060708,)),
     (GReset(), 4, "0003410405e1fb75ea00", "<", ()),
+    (GAt(123456789012, _COMMAND), 13,
+     "0003430d06141a99be1c0101040102140204010101010101023f010380bf0103c03f010320410101063fc4842c"
+     "f300",
+     "<QBBHB6f", (123456789012, 1, 2, 20, 4, 0.0, 0.5, -1.0, 1.5, 10.0, 0.5)),
     (GState(True, True, False, True, StopReason.ESTOP_INPUT, 0), 5,
      "0003420503010103010105289068b000", "<6B", (1, 1, 0, 1, 1, 0)),
     (HelloAck(1, True, 4, "sim-1.0"), 0, "0002810102010e010473696d2d312e3036548e5400",

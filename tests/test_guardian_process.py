@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from edge_agent.link.codec import (
     Command,
     Enable,
     Frame,
+    GAt,
     GripperMode,
     GState,
     Hello,
@@ -183,6 +185,40 @@ def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
         assert position((2.8, 2.2, 0.3, 1.2)) in passed  # clamped to the robot's limits
     finally:
         client.stop()
+        client.stop()
+
+
+def test_a_timed_command_reaches_the_tty_at_its_deadline_and_a_stop_drops_it(
+        peer: FirmwarePeer) -> None:
+    """G_AT: the guardian holds the frame until its CLOCK_MONOTONIC deadline (frames sent
+    after it overtake it), then writes it; a STOP before the deadline drops it. Only lower
+    bounds on time are asserted: a slow machine makes the frame later, never earlier."""
+    daemon = Daemon()
+    client = start_client(peer, daemon)
+    try:
+        client.send(Enable(True))
+        mark = peer.mark()
+        due = time.monotonic() + 0.5
+        client.send(GAt(round(due * 1e6), position()))
+        client.send(Ping(1))
+        time.sleep(0.2)
+        client.send(Ping(2))
+        peer.wait_for(lambda f: f.msg == position(), start=mark)
+        assert time.monotonic() >= due, "the guardian wrote a timed frame before its deadline"
+        with peer._cond:
+            order = [f.msg for f in peer.received[mark:]]
+        assert order.index(Ping(1)) < order.index(Ping(2)) < order.index(position())
+
+        mark = peer.mark()
+        due = time.monotonic() + 0.3
+        client.send(GAt(round(due * 1e6), position((0.25, 1.0, -1.0, 0.0))))
+        client.send(Stop(StopCategory.CAT2, StopReason.PROTECTIVE))
+        time.sleep(max(0.0, due - time.monotonic()) + 0.1)
+        client.send(Ping(3))
+        passed = sent_after(peer, mark, Ping(3))
+        assert Stop(StopCategory.CAT2, StopReason.PROTECTIVE) in passed
+        assert not [x for x in passed if is_motion(x)]
+    finally:
         client.stop()
 
 

@@ -18,6 +18,7 @@ from edge_agent.link.codec import (
     Command,
     Enable,
     EstopEdge,
+    GAt,
     GReset,
     GripperMode,
     GState,
@@ -191,6 +192,72 @@ def test_start_latched_blocks_motion_until_reset() -> None:
     assert r.on_daemon(position(), 0.0).tty == [position()]
 
 
+def at(t: float, cmd: Command | None = None) -> GAt:
+    return GAt(round(t * 1e6), cmd or position())
+
+
+def test_a_timed_command_goes_out_at_its_deadline_through_the_command_rules() -> None:
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(at(0.002), 0.0001).tty == []
+    assert r.next_deadline() == 0.002
+    assert r.on_tick(0.0019).tty == []
+    far = position((9.0, 9.0, 9.0, 9.0))
+    assert r.on_tick(0.002).tty == [position()]  # at its deadline, not before
+    assert r.counters["timed_released"] == 1 and r.counters["timed_late"] == 0
+    assert r.next_deadline() > 0.002
+    r.on_daemon(at(0.004, far), 0.0021)
+    out = r.on_tick(0.004).tty
+    assert len(out) == 1 and out[0] == LIMITS.clamp(far) != far  # clamped like any COMMAND
+    assert r.state.deadman_hold is False and r.counters["clamped"] == 1
+
+
+def test_a_timed_command_already_due_goes_out_at_once_and_counts_late() -> None:
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(at(0.010), 0.0112).tty == [position()]
+    assert r.counters["timed_late"] == 1
+    assert abs(r.max_release_late_s - 0.0012) < 1e-9
+
+
+def test_a_newer_timed_command_replaces_a_waiting_one_and_a_due_one_goes_first() -> None:
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    a, b, c = (position((x, 0.0, 0.0, 0.0)) for x in (0.1, 0.2, 0.3))
+    r.on_daemon(at(0.004, a), 0.001)
+    assert r.on_daemon(at(0.006, b), 0.002).tty == []  # a was not due: replaced
+    assert r.counters["timed_replaced"] == 1
+    assert r.on_daemon(at(0.008, c), 0.0065).tty == [b]  # b was due (the tick came late)
+    assert r.on_tick(0.008).tty == [c]
+
+
+def test_nothing_computed_before_a_stop_goes_out_after_it() -> None:
+    """A waiting G_AT is dropped by an e-stop edge, a STOP from the daemon, a link fault, an
+    immediate COMMAND and the daemon's loss; a G_AT that moves is refused while latched."""
+    for stop in ("edge", "daemon_stop", "link", "immediate", "daemon_lost"):
+        r = up_rules()
+        r.on_daemon(Enable(True), 0.0)
+        r.on_daemon(at(0.002), 0.0)
+        if stop == "edge":
+            r.on_tty(EstopEdge(0, True), 0.001)
+        elif stop == "daemon_stop":
+            r.on_daemon(Stop(StopCategory.CAT2, StopReason.PROTECTIVE), 0.001)
+        elif stop == "link":
+            r.on_link(False, 0.001)
+        elif stop == "immediate":
+            assert r.on_daemon(LIMITS.hold(), 0.001).tty == [LIMITS.hold()]
+        else:
+            r.on_daemon_lost(0.001)
+        assert not any(moving(m) for m in r.on_tick(0.002).tty), stop
+        assert r.counters["timed_dropped"] == 1 and r.counters["timed_released"] == 0, stop
+    r = up_rules()
+    r.on_daemon(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE), 0.0)
+    r.on_daemon(at(0.002), 0.0)
+    assert r.on_tick(0.002).tty == [] and r.counters["dropped_motion"] == 1
+    r.on_daemon(at(0.004, LIMITS.hold()), 0.002)
+    assert r.on_tick(0.004).tty == [LIMITS.hold()]  # a hold passes the latch
+
+
 # --------------------------------------------------------------------------- state machine
 
 finite_q = st.floats(-10, 10, allow_nan=False)
@@ -211,10 +278,21 @@ class GuardianMachine(RuleBasedStateMachine):
         self.first_hold_after_cmd: float | None = None
         self.last_hold: float | None = None
         self.daemon_lost = False
+        self.pending: float | None = None  # the deadline of the G_AT that may still go out
 
     # every input goes through here
     def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
-             reset: bool = False) -> Actions:
+             reset: bool = False, released_before: int | None = None) -> Actions:
+        if released_before is not None and self.r.counters["timed_released"] > released_before:
+            # a G_AT went out: the one that waited, at or after its deadline, and nothing
+            # dropped it (no latch, STOP, immediate COMMAND or daemon loss since it came)
+            assert self.pending is not None and self.t >= self.pending - 2e-6
+            self.pending = None
+            self.last_cmd = self.t
+            self.first_hold_after_cmd = None
+            self.last_hold = None
+        if self.r.latched and not latched_before:
+            self.pending = None  # every latch drops a waiting G_AT
         for m in acts.tty:
             if moving(m):
                 assert not latched_before and not self.r.latched, f"motion while latched: {m}"
@@ -239,7 +317,24 @@ class GuardianMachine(RuleBasedStateMachine):
 
     def feed_daemon(self, msg: Message) -> Actions:
         lb, ne = self.r.latched, self.r.need_enable
-        acts = self.step(self.r.on_daemon(msg, self.t), lb, ne, reset=isinstance(msg, GReset))
+        rel = self.r.counters["timed_released"]
+        if isinstance(msg, GAt):
+            due = msg.at_us / 1e6
+            old_due = self.pending is not None and self.t >= self.pending - 2e-6
+            new_due = self.t >= due - 2e-6
+            acts = self.step(self.r.on_daemon(msg, self.t), lb, ne)
+            # the waiting one goes out first if its time has come, else it is replaced; the new
+            # one at once if it came late, else it waits
+            assert self.r.counters["timed_released"] - rel == old_due + new_due
+            self.pending = None if new_due else due
+            if old_due or new_due:
+                self.last_cmd = self.t
+                self.first_hold_after_cmd = self.last_hold = None
+            return acts
+        if isinstance(msg, Command | Stop):
+            self.pending = None
+        acts = self.step(self.r.on_daemon(msg, self.t), lb, ne, reset=isinstance(msg, GReset),
+                         released_before=rel)
         if isinstance(msg, Command):
             self.last_cmd = self.t
             self.first_hold_after_cmd = None
@@ -251,6 +346,8 @@ class GuardianMachine(RuleBasedStateMachine):
     def press(self, via_edge: bool) -> None:
         edge = via_edge or not self.known_pressed or not self.r.latched
         self.pressed = True
+        if edge:
+            self.pending = None  # a latch drops a waiting G_AT, latched before or not
         acts = self.feed_tty(EstopEdge(0, True) if via_edge else status(True))
         self.known_pressed = True
         if edge:
@@ -267,11 +364,14 @@ class GuardianMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.link)
     @rule()
     def status_frame(self) -> None:
+        if self.pressed and (not self.known_pressed or not self.r.latched):
+            self.pending = None  # a press edge the guardian learns from STATUS: a latch
         self.feed_tty(status(self.pressed))
         self.known_pressed = self.pressed
 
     @rule()
     def link_down(self) -> None:
+        self.pending = None
         self.r.on_link(False, self.t)
         self.link = False
         self.known_pressed = False
@@ -292,6 +392,13 @@ class GuardianMachine(RuleBasedStateMachine):
     def command(self, mode: Mode, gmode: GripperMode, q: list[float], sp: float,
                 cur: float) -> None:
         self.feed_daemon(Command(mode, tuple(q), gmode, sp, cur))
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(mode=st.sampled_from(Mode), q=st.lists(finite_q, min_size=N, max_size=N),
+          delay=st.floats(-0.005, 0.02))
+    def timed_command(self, mode: Mode, q: list[float], delay: float) -> None:
+        due = max(0.0, self.t + delay)
+        self.feed_daemon(GAt(round(due * 1e6), Command(mode, tuple(q))))
 
     @precondition(lambda self: not self.daemon_lost)
     @rule(on=st.booleans())
@@ -318,6 +425,7 @@ class GuardianMachine(RuleBasedStateMachine):
     @rule()
     def daemon_goes_away(self) -> None:
         self.daemon_lost = True
+        self.pending = None
         lb, ne = self.r.latched, self.r.need_enable
         acts = self.step(self.r.on_daemon_lost(self.t), lb, ne)
         assert LIMITS.hold() in acts.tty
@@ -328,11 +436,14 @@ class GuardianMachine(RuleBasedStateMachine):
         target = self.t + dt
         while self.r.next_deadline() <= target:
             self.t = max(self.t, self.r.next_deadline())
-            lb, ne = self.r.latched, self.r.need_enable
-            self.step(self.r.on_tick(self.t), lb, ne)
+            self.tick()
         self.t = target
+        self.tick()
+
+    def tick(self) -> None:
         lb, ne = self.r.latched, self.r.need_enable
-        self.step(self.r.on_tick(self.t), lb, ne)
+        rel = self.r.counters["timed_released"]
+        self.step(self.r.on_tick(self.t), lb, ne, released_before=rel)
 
     @invariant()
     def a_silent_stream_ends_in_a_hold_within_the_deadman_time(self) -> None:
@@ -341,6 +452,11 @@ class GuardianMachine(RuleBasedStateMachine):
             assert self.first_hold_after_cmd is not None
             assert self.first_hold_after_cmd <= self.last_cmd + DEADMAN + 1e-9
             assert self.last_hold is not None and self.t - self.last_hold < HOLD_PERIOD + 1e-9
+
+    @invariant()
+    def a_timed_command_is_never_held_past_its_deadline(self) -> None:
+        if self.pending is not None:
+            assert self.r.next_deadline() <= self.pending
 
     @invariant()
     def the_latch_holds_while_the_input_is_known_active(self) -> None:

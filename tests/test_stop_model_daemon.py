@@ -29,6 +29,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from edge_agent.link.codec import Stop
 from hil.daemon_lockstep import DaemonLockstep, motion
 
 # DESIGN.md "Commands and admission", the cells that refuse (and the code where it is fixed).
@@ -263,8 +264,8 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
                                                                    ahead: bool) -> None:
     """The harness itself: a task runs to success; a press mid-task freezes it, reset is refused
     until release, resume finishes it; kill -9 comes back latched with no resume. With
-    `control.output_at_deadline` the same, and the command computed before the press is
-    dropped, not sent after it."""
+    `control.output_at_deadline` the same: the frames go out from the guardian's rules at
+    their deadlines, and the one computed before the press is dropped, not sent after it."""
     h = DaemonLockstep(tmp_path / "state", seed=3, estop_hold=False,
                        overrides=("control.output_at_deadline=true",) if ahead else ())
     h.boot()
@@ -277,11 +278,19 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     task, place = start.result["task_id"], start.result["place"]
     h.run_for(1.0)
     assert h.daemon.mode() == "running"
-    assert h.daemon.output.discarded == 0
+    g = h.host.guardian
+    assert g is not None
+    released = g.rules.counters["timed_released"]
+    assert g.rules.counters["timed_dropped"] == 0
+    assert released > 0 if ahead else released == 0
     h.press()
+    pressed_at = h.clock.now()
     h.run_for(0.01)
     assert h.daemon.mode() == "estop"
-    assert h.daemon.output.discarded == (1 if ahead else 0)
+    # the frame the daemon computed before the press waited at the guardian: dropped, not sent
+    assert g.rules.counters["timed_dropped"] == (1 if ahead else 0)
+    stop_at = next(t for t, m in g.to_tty if t >= pressed_at and isinstance(m, Stop))
+    assert not any(motion(m) for t, m in g.to_tty if t >= stop_at)
     n = len(h.handed)
     h.run_for(0.5)
     assert not any(motion(f.msg) for f in h.handed[n:])

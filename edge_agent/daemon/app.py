@@ -36,6 +36,7 @@ from edge_agent.daemon.publisher import Publisher
 from edge_agent.daemon.signals import route_signals
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
+from edge_agent.executor.collector import CollectionStats
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause, StopLatch
 from edge_agent.executor.loop import RateLoop
@@ -131,6 +132,8 @@ class Daemon:
         self._stopped = False
         self._send_errors = 0
         self.output = CommandOutput(self._send, config.control.output_at_deadline)
+        self._period = 1.0 / config.control.rate_hz
+        self.gc_stats = CollectionStats()  # installed in start(): the real daemon's only
         self._background_done = threading.Event()
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
@@ -151,6 +154,7 @@ class Daemon:
         # or the MQTT thread (hil/bench_control_loop: wake-up lateness P99 0.54-0.61 ms at
         # 0.5 ms, 0.29-0.35 ms at 0.2 ms together with link.reader_priority).
         sys.setswitchinterval(0.0002)
+        self.gc_stats.install()
         restored = self.restore_state()
         mark("restore")
         port = cfg.link.port
@@ -295,7 +299,6 @@ class Daemon:
         """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
         if self.guardian is None:
             return
-        self.output.begin_tick(self.latch.state)
         snap = self.hub.snapshot(now)
         with self.exec_lock:
             latch_state = self.latch.state
@@ -303,7 +306,9 @@ class Daemon:
             events = self.executor.drain_events()
         if events:
             self._exec_events.extend(events)  # published by the main thread, not here
-        self.output.end_tick(cmd, latch_state)
+        # the next deadline: on the loop's schedule (lock-step time has no lateness)
+        deadline = self.loop.deadline if self.loop is not None else now
+        self.output.emit(cmd, latch_state, deadline + self._period)
 
     def _send(self, msg: Message) -> None:
         """A frame to the guardian; a failed send is counted (the guardian's loss is handled

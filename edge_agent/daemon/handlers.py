@@ -196,7 +196,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling,
                  "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None,
                  "output_at_deadline": d.output.at_deadline,
-                 "held_commands_discarded": d.output.discarded}
+                 "sent_at_once": d.output.sent_at_once, "gc": d.gc_stats.as_dict()}
         if d.loop else None,
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.connected),

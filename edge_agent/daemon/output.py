@@ -1,11 +1,18 @@
-"""The control thread's output: each tick's COMMAND frame to the guardian, now or at the next
-deadline (`control.output_at_deadline`).
+"""The control thread's output: each tick's COMMAND frame to the guardian, at once or timed for
+the next deadline (`control.output_at_deadline`).
 
-Sent as the tick ends (the default), a frame leaves as late as the tick ran long. Held to the
-next deadline, the robot receives the stream on the loop's clock whatever a tick's duration,
-at one control period more latency. A held frame is never sent across a latch change: it was
-computed before the stop, so it is dropped and counted, and that tick's own frame (a hold,
-computed under the new latch) goes out at once.
+Sent as the tick ends (the default), a frame reaches the robot as late as the tick woke late
+and ran long: the daemon's wake-up jitter is the robot's period error. With
+`output_at_deadline`, the frame is handed to the link guardian as `G_AT(next deadline, COMMAND)`
+and the guardian — a small SCHED_FIFO process with no GIL shared with paho or the asyncio loop —
+writes it at that deadline (docs/PROTOCOL.md §5.2). The robot receives the stream on the
+loop's clock at one control period more latency, and a daemon tick may wake up to a period
+late without the robot seeing it.
+
+Nothing computed before a stop goes out after it: the guardian drops a waiting G_AT on any
+latch, any STOP and any immediate COMMAND. When the latch changes the frame computed under the
+new state goes out at once — superseding what waits — and again at the next deadline, where the
+timed stream takes over.
 """
 
 from __future__ import annotations
@@ -13,37 +20,26 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from edge_agent.executor.latch import LatchState
-from edge_agent.link.codec import Command
+from edge_agent.link.codec import Command, GAt, Message
 
 
 class CommandOutput:
-    """`begin_tick` at a tick's start, `end_tick` with the frame it computed."""
+    """`emit` once per tick with the frame it computed."""
 
-    def __init__(self, send: Callable[[Command], None], at_deadline: bool) -> None:
+    def __init__(self, send: Callable[[Message], None], at_deadline: bool) -> None:
         self._send = send
         self.at_deadline = at_deadline
-        self._held: tuple[Command, LatchState] | None = None
-        self._sent_held = False
-        self.discarded = 0  # held frames dropped because the latch changed
+        self._under: LatchState | None = None  # the latch state the last frame was computed under
+        self.sent_at_once = 0  # timed mode: frames sent at once because the latch changed
 
-    def begin_tick(self, latch: LatchState) -> None:
-        """`latch`: the latch state now. The held frame goes out if it is the one it was
-        computed under."""
-        held, self._held = self._held, None
-        self._sent_held = False
-        if held is None:
-            return
-        if held[1] is latch:
-            self._send(held[0])
-            self._sent_held = True
-        else:
-            self.discarded += 1
-
-    def end_tick(self, cmd: Command, computed_under: LatchState) -> None:
-        """`computed_under`: the latch state read before the executor computed `cmd`."""
+    def emit(self, cmd: Command, computed_under: LatchState, due: float) -> None:
+        """`computed_under`: the latch state read before the executor computed `cmd`;
+        `due`: the next deadline (the clock the guardian reads: time.monotonic)."""
         if not self.at_deadline:
             self._send(cmd)
             return
-        if not self._sent_held:  # the first tick, or the latch changed: out now (and again at
-            self._send(cmd)      # the next deadline, where the held stream takes over)
-        self._held = (cmd, computed_under)
+        if computed_under is not self._under:  # the first frame, or the latch changed
+            self._under = computed_under
+            self._send(cmd)
+            self.sent_at_once += 1
+        self._send(GAt(max(0, round(due * 1e6)), cmd))

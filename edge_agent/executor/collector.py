@@ -12,6 +12,7 @@ Nothing is skipped, only moved: the generation counts keep growing while it is o
 from __future__ import annotations
 
 import gc
+import time
 from types import TracebackType
 
 
@@ -35,3 +36,42 @@ class DeferredCollection:
                  tb: TracebackType | None) -> None:
         if self._was_enabled:
             gc.enable()
+
+
+class CollectionStats:
+    """How long the process's garbage collections held the GIL, per generation (`gc.callbacks`).
+
+    A collection in any thread stops the control thread for as long as it runs: this is how
+    much of the loop's lateness it explains. `install()` once; `as_dict()` for `status`.
+    """
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.max_s = [0.0, 0.0, 0.0]
+        self.over_1ms = [0, 0, 0]
+        self._started = 0.0
+
+    def install(self) -> CollectionStats:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        gen = info.get("generation", 2)
+        took = time.perf_counter() - self._started
+        self.count[gen] += 1
+        if took > self.max_s[gen]:
+            self.max_s[gen] = took
+        if took > 0.001:
+            self.over_1ms[gen] += 1
+
+    def as_dict(self) -> dict[str, object]:
+        return {"collections": list(self.count),
+                "max_ms": [round(x * 1e3, 3) for x in self.max_s],
+                "over_1ms": list(self.over_1ms)}

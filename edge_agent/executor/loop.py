@@ -95,6 +95,7 @@ class RateLoop:
         self._paused = threading.Event()  # tests: make the loop hang to prove the watchdog
         self.priority = priority  # SCHED_FIFO for this thread only; 0 = normal scheduling
         self.scheduling = "SCHED_OTHER"  # what the thread really got (set when it starts)
+        self.deadline = 0.0  # the running tick's deadline (the tick may read it)
 
     def start(self) -> None:
         self._thread.start()
@@ -153,6 +154,7 @@ class RateLoop:
             st.max_late_s = max(st.max_late_s, late)
             while self._paused.is_set() and not self._stop.is_set():
                 sleep(0.01)
+            self.deadline = deadline
             try:
                 with deferred:
                     self._tick(now, index)

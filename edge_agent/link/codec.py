@@ -20,6 +20,7 @@ from edge_agent.link.messages import (
     EventCode,
     Frame,
     FrameType,
+    GAt,
     GReset,
     GripperMode,
     GState,
@@ -52,6 +53,7 @@ __all__ = [
     "Frame",
     "FrameDecoder",
     "FrameType",
+    "GAt",
     "GReset",
     "GState",
     "GripperMode",
@@ -167,6 +169,8 @@ def _body(msg: Message) -> bytes:
         return _U64.pack(msg.host_time_us)
     if isinstance(msg, GReset):
         return b""
+    if isinstance(msg, GAt):
+        return _U64.pack(msg.at_us) + _body(msg.cmd)
     if isinstance(msg, GState):
         return _GSTATE.pack(msg.latched, msg.estop_input, msg.deadman_hold, msg.link_up,
                             msg.cause, msg.flags)
@@ -238,6 +242,11 @@ def _parse(ftype: int, b: bytes) -> Message:
             if b:
                 raise BadBody
             return GReset()
+        if ftype == FrameType.G_AT:
+            cmd = _parse(FrameType.COMMAND, b[_U64.size :])
+            if not isinstance(cmd, Command):  # a short body already raised BadBody
+                raise BadBody
+            return GAt(_U64.unpack_from(b)[0], cmd)
         if ftype == FrameType.G_STATE:
             _exact(b, _GSTATE)
             la, ei, dh, lu, cause, flags = _GSTATE.unpack(b)

@@ -149,7 +149,8 @@ class Guardian:
             if tty_fd is not None and tty_fd in readable:
                 self._from_tty(now)
             if self.sock in readable:
-                self._from_daemon(now)
+                now = time.monotonic()  # fresh: G_AT deadlines are absolute, and the tty's
+                self._from_daemon(now)  # frames may have taken a while
                 self._flush(now)
             if writable:
                 self._to_daemon(b"")
@@ -242,6 +243,7 @@ class Guardian:
         _log("exit", reason=self.stop_reason, rules=self.rules.counters,
              link=self.link.counters_dict(), daemon_overflows=self.out_overflows,
              stop_reaction=reaction, max_timer_late_ms=self.max_late_s * 1e3,
+             max_timed_release_late_ms=self.rules.max_release_late_s * 1e3,
              max_busy_ms=self.max_busy_s * 1e3)
         self.link.stop()
         self.sock.close()

@@ -39,6 +39,7 @@ from edge_agent.link.codec import (
     Command,
     Frame,
     FrameDecoder,
+    GAt,
     GReset,
     GState,
     Message,
@@ -114,7 +115,7 @@ class GuardianClient:
         socket and block the caller; the stream's next COMMAND follows anyway. Other frames
         (STOP, ENABLE, G_RESET, …) wait in the socket for it.
         """
-        if not self._ready and isinstance(msg, Command):
+        if not self._ready and isinstance(msg, Command | GAt):
             self.dropped_before_ready += 1
             return
         with self._send_lock:

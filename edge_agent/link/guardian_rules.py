@@ -19,6 +19,12 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
 - Every forwarded COMMAND is clamped to the robot's joint and gripper limits; a COMMAND with the
   wrong joint count or a non-finite value is replaced by a hold.
 - G_STATE goes to the daemon on every change and every `state_period_s`.
+- Timed commands (G_AT, docs/PROTOCOL.md §5.2): the daemon computes each tick's COMMAND one
+  period ahead and hands it over with its deadline; `on_tick` at that time feeds it through the
+  COMMAND rules above (latch, clamp, deadman), so the frame leaves on the loop's clock whatever
+  the daemon's wake-up jitter. At most one waits: a newer G_AT replaces it, and any latch, any
+  STOP or immediate COMMAND from the daemon, or the daemon's loss drops it — a frame computed
+  before a stop never goes out after it. One already due goes out at once.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from edge_agent.link.codec import (
     Command,
     Enable,
     EstopEdge,
+    GAt,
     GReset,
     GripperMode,
     GState,
@@ -56,6 +63,11 @@ class GuardianFlag(IntFlag):
     NEED_ENABLE = 1 << 3  # the latch was cleared; motion waits for a new ENABLE(1)
     DAEMON_LOST = 1 << 4  # the daemon's end of the socketpair closed
 
+
+# A G_AT deadline is in whole µs: a tick this close to it releases the frame (lock-step time
+# reaches a deadline as a sum of float periods, a hair short of it).
+_DUE_SLACK_S = 2e-6
+LATE_RELEASE_S = 0.0005  # a timed frame released this long after its deadline counts as late
 
 _ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
 
@@ -150,9 +162,13 @@ class GuardianRules:
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
+        self._timed: tuple[float, Command] | None = None  # a G_AT frame waiting for its time
+        self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
-                         "holds_sent": 0}
+                         "holds_sent": 0, "timed_released": 0, "timed_late": 0,
+                         "timed_arrived_late": 0,
+                         "timed_replaced": 0, "timed_dropped": 0}
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
@@ -177,7 +193,10 @@ class GuardianRules:
     def on_daemon(self, msg: Message, now: float) -> Actions:
         """A frame from the daemon; what may reach the tty goes into `tty`."""
         acts = Actions()
-        if isinstance(msg, Command):
+        if isinstance(msg, GAt):
+            self._on_timed(msg, now, acts)
+        elif isinstance(msg, Command):
+            self._drop_timed()  # sent at once: it supersedes the one computed before it
             self._last_cmd_at = now
             self.deadman_hold = False
             self._next_hold_at = math.inf
@@ -193,6 +212,7 @@ class GuardianRules:
                 acts.tty.append(cmd)
         elif isinstance(msg, Stop):
             acts.tty.append(msg)
+            self._drop_timed()
             reason = msg.reason
             if reason == StopReason.NONE:
                 cat0 = msg.category == StopCategory.CAT0
@@ -215,8 +235,10 @@ class GuardianRules:
         return self._changed(acts, now)
 
     def on_tick(self, now: float) -> Actions:
-        """Timers: the deadman, the hold stream, the periodic G_STATE."""
+        """Timers: a timed command's deadline, the deadman, the hold stream, the G_STATE."""
         acts = Actions()
+        if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
+            self._release(now, acts)
         if (not self.deadman_hold and self._last_cmd_at is not None
                 and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
             self.deadman_hold = True
@@ -246,6 +268,7 @@ class GuardianRules:
     def on_daemon_lost(self, now: float) -> Actions:
         """The daemon's end closed: hold now (and on every tick) for as long as we run."""
         self.daemon_lost = True
+        self._drop_timed()
         self.deadman_hold = True
         self._last_cmd_at = -math.inf
         self._next_hold_at = now
@@ -278,6 +301,8 @@ class GuardianRules:
     def next_deadline(self) -> float:
         """When on_tick must run next (the caller may call it earlier)."""
         t = min(self._next_state_at, self._next_hold_at)
+        if self._timed is not None:
+            t = min(t, self._timed[0])
         if not self.deadman_hold and self._last_cmd_at is not None:
             t = min(t, self._last_cmd_at + self.deadman_s)
         return t
@@ -288,7 +313,35 @@ class GuardianRules:
         self.counters["stops_sent"] += 1
         self._latch(StopReason.ESTOP_INPUT)
 
+    def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
+        if self._timed is not None:
+            if now >= self._timed[0] - _DUE_SLACK_S:
+                self._release(now, acts)  # its time has come: out first, in order
+            else:
+                self.counters["timed_replaced"] += 1
+        self._timed = (msg.at_us / 1e6, msg.cmd)
+        if now >= self._timed[0] - _DUE_SLACK_S:  # arrived at or after its deadline
+            if now - self._timed[0] > LATE_RELEASE_S:
+                self.counters["timed_arrived_late"] += 1  # the daemon's lateness, not ours
+            self._release(now, acts)
+
+    def _release(self, now: float, acts: Actions) -> None:
+        assert self._timed is not None
+        (due, cmd), self._timed = self._timed, None
+        late = now - due
+        self.counters["timed_released"] += 1
+        if late > LATE_RELEASE_S:
+            self.counters["timed_late"] += 1
+        self.max_release_late_s = max(self.max_release_late_s, late)
+        acts.extend(self.on_daemon(cmd, now))  # the COMMAND rules, as if it arrived now
+
+    def _drop_timed(self) -> None:
+        if self._timed is not None:
+            self._timed = None
+            self.counters["timed_dropped"] += 1
+
     def _latch(self, reason: StopReason) -> None:
+        self._drop_timed()
         outranks = reason in _ESTOP_REASONS and self.cause not in _ESTOP_REASONS
         if not self.latched or outranks:
             self.cause = reason

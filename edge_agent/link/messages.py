@@ -21,6 +21,7 @@ class FrameType(IntEnum):
     PING = 0x05
     G_RESET = 0x41
     G_STATE = 0x42
+    G_AT = 0x43
     HELLO_ACK = 0x81
     STATUS = 0x82
     ESTOP_EDGE = 0x83
@@ -139,6 +140,17 @@ class GState:
 
 
 @dataclass(frozen=True, slots=True)
+class GAt:
+    """A COMMAND the guardian writes to the tty at `at_us` (CLOCK_MONOTONIC, µs): the control
+    loop's frames leave on its deadlines from the real-time process, whatever the daemon's
+    own wake-up jitter (docs/PROTOCOL.md §5.2)."""
+
+    TYPE: ClassVar[FrameType] = FrameType.G_AT
+    at_us: int
+    cmd: Command
+
+
+@dataclass(frozen=True, slots=True)
 class HelloAck:
     TYPE: ClassVar[FrameType] = FrameType.HELLO_ACK
     proto_version: int
@@ -197,7 +209,7 @@ class Event:
 
 
 Message = (
-    Hello | Enable | Command | Stop | Ping | GReset | GState | HelloAck | Status | EstopEdge
+    Hello | Enable | Command | Stop | Ping | GReset | GState | GAt | HelloAck | Status | EstopEdge
     | Sensor | Pong | Event
 )
 
