@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.bench_daemon_estop import _request, _wait
+from hil.steal import StealMeter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     err: list[float] = []
     missed, expected = 0, 0.0
     bare_fifo: list[Any] = [[], 0, 0.0]  # errors, missed, expected: as for the daemon
+    steal, steal_bare = StealMeter(), StealMeter()
     try:
         _wait(lambda: status()["link_up"], 60, "the daemon's link up")
         if not args.from_ready:
@@ -162,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
             started = call("task.start")
             if not started.get("ok"):
                 raise SystemExit(f"task {k + 1}: task.start refused: {started}")
+            steal.start()
             t0 = _request(rig, {"cmd": "ping"})["t"]
             # a slow poll: each status request is work in the daemon that competes with it
             _wait(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end",
                   poll_s=0.5)
             t1 = _request(rig, {"cmd": "ping"})["t"]
+            steal.stop()
             windows.append((t0, t1))
             ended = status()
             succeeded += ended["mode"] == "idle"  # a failed task ends in a controlled hold
@@ -181,8 +185,10 @@ def main(argv: list[str] | None = None) -> int:
                 "late_ticks"] if t0 <= t <= t1 + 0.1]
             missed_rig_late += rig_late_gaps(times, period, late)
             if args.priority > 0:  # the baseline under the same minutes' noise as this task
-                for i, v in enumerate(period_errors(
-                        _bare(args.rate_hz, len(times), args.priority), period)):
+                steal_bare.start()
+                bare = _bare(args.rate_hz, len(times), args.priority)
+                steal_bare.stop()
+                for i, v in enumerate(period_errors(bare, period)):
                     bare_fifo[i] += v  # type: ignore[operator]
         st = status()
     finally:
@@ -199,12 +205,13 @@ def main(argv: list[str] | None = None) -> int:
           + f"; tasks that succeeded: {succeeded}/{len(windows)} "
           f"(attempts failed: {st['executor']['counters']['attempts_failed']})")
     print(fmt("daemon, COMMAND arrivals at the robot ", summarize(err, missed, expected)))
+    print(f"  during the tasks: {steal.describe()}")
     print(f"  of the missed periods, {missed_rig_late} fell while the simulated firmware's own "
           "thread was stalled over a tick (it stamps a frame when it gets to read it)")
     if bare_fifo[0]:
         print(fmt(f"bare Python loop, SCHED_FIFO {args.priority:<2}     ", summarize(*bare_fifo)))
         print("  (run after each task for as many periods, the daemon idling beside it: this "
-              "VM's noise changes by the minute)")
+              f"VM's noise changes by the minute); {steal_bare.describe()}")
     print(fmt("bare Python loop, SCHED_OTHER        ", period_stats(bare_other, period)))
     print(f"daemon loop counters: {st['loop']}")
     g = _guardian_exit(tmp / "daemon.log")

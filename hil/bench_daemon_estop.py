@@ -28,6 +28,7 @@ from typing import Any
 
 from edge_agent.comms.client import json_line_request
 from edge_agent.errors import EdgeAgentError
+from hil.steal import StealMeter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -197,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
         duration = 1.0 + args.edges * period + 2.0
         print(f"daemon up; {args.edges} press edges every {args.period_ms} ms "
               f"(~{duration:.0f} s) ...", flush=True)
+        steal = StealMeter()
+        steal.start()
         time.sleep(max(0.0, start - t_fw - 0.5) + args.edges * period)  # no requests meanwhile
         _wait(lambda: _request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
               "the schedule to finish")
         time.sleep(0.5)  # the last STOP frame's way back
+        steal.stop()
         window_t1 = time.monotonic()
         lat = _request(rig, {"cmd": "latency"})
         mqtt_ms = mqtt_estops(rig, args.mqtt_port, "bench-estop", args.mqtt_estops)
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     print("  (the first times from the rig's scheduled tick, so a late rig adds its lateness;"
           " the second from the moment the rig wrote the edge's frames to the pty)")
     print(f"  presses without a STOP before the next press: {lat['unanswered']}")
+    print(f"  during the presses: {steal.describe()}")
     print(f"bare pty round trip (same run, baseline):   {stats_ms(base)}")
     if reaction and base:
         r99 = sorted(reaction)[int(0.99 * len(reaction))]
