@@ -190,27 +190,31 @@ def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
 
 def test_a_timed_command_reaches_the_tty_at_its_deadline_and_a_stop_drops_it(
         peer: FirmwarePeer) -> None:
-    """G_AT: the guardian holds the frame until its CLOCK_MONOTONIC deadline (frames sent
-    after it overtake it), then writes it; a STOP before the deadline drops it. Only lower
-    bounds on time are asserted: a slow machine makes the frame later, never earlier."""
+    """G_AT: the guardian holds the frame until its CLOCK_MONOTONIC deadline (a frame sent
+    after it overtakes it), then writes it; one due further ahead than the deadman is refused;
+    a STOP before the deadline drops it. Only lower bounds on time are asserted: a slow
+    machine makes the frame later, never earlier."""
     daemon = Daemon()
     client = start_client(peer, daemon)
     try:
         client.send(Enable(True))
         mark = peer.mark()
-        due = time.monotonic() + 0.5
+        due = time.monotonic() + 0.04  # within the deadman (50 ms here): further is refused
         client.send(GAt(round(due * 1e6), position()))
         client.send(Ping(1))
-        time.sleep(0.2)
-        client.send(Ping(2))
         peer.wait_for(lambda f: f.msg == position(), start=mark)
         assert time.monotonic() >= due, "the guardian wrote a timed frame before its deadline"
         with peer._cond:
             order = [f.msg for f in peer.received[mark:]]
-        assert order.index(Ping(1)) < order.index(Ping(2)) < order.index(position())
+        assert order.index(Ping(1)) < order.index(position())
 
         mark = peer.mark()
-        due = time.monotonic() + 0.3
+        client.send(GAt(round((time.monotonic() + 1.0) * 1e6), position()))
+        client.send(Ping(2))
+        assert not [x for x in sent_after(peer, mark, Ping(2)) if is_motion(x)]
+
+        mark = peer.mark()
+        due = time.monotonic() + 0.04
         client.send(GAt(round(due * 1e6), position((0.25, 1.0, -1.0, 0.0))))
         client.send(Stop(StopCategory.CAT2, StopReason.PROTECTIVE))
         time.sleep(max(0.0, due - time.monotonic()) + 0.1)

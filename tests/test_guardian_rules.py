@@ -220,6 +220,15 @@ def test_a_timed_command_already_due_goes_out_at_once_and_counts_late() -> None:
     assert abs(r.max_release_late_s - 0.0012) < 1e-9
 
 
+def test_a_timed_command_further_ahead_than_the_deadman_is_refused() -> None:
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(at(1.0 + DEADMAN + 0.001), 1.0).tty == []
+    assert r.counters["timed_rejected"] == 1 and r.next_deadline() < 1.0 + DEADMAN
+    r.on_daemon(at(1.0 + DEADMAN), 1.0)  # exactly the deadman ahead: accepted
+    assert r.counters["timed_rejected"] == 1
+
+
 def test_a_newer_timed_command_sends_the_waiting_one_first() -> None:
     """The daemon computes a frame only after the previous one's deadline: on its clock that
     one is due, even when the guardian's clock reads a few µs behind."""

@@ -448,6 +448,7 @@ class Daemon:
 
         if self.loop is not None:
             self.loop.stop()
+        self.gc_stats.uninstall()
         step("control_loop")
         self.policy.stop()
         if self.decisions is not None:

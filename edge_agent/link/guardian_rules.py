@@ -24,7 +24,8 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   COMMAND rules above (latch, clamp, deadman), so the frame leaves on the loop's clock whatever
   the daemon's wake-up jitter. At most one waits: a newer G_AT sends it first; any latch, any
   STOP or immediate COMMAND from the daemon, or the daemon's loss drops it — a frame computed
-  before a stop never goes out after it. One already due goes out at once.
+  before a stop never goes out after it. One already due goes out at once; one due further
+  ahead than the deadman time is refused (counted in `timed_rejected`).
 """
 
 from __future__ import annotations
@@ -167,8 +168,7 @@ class GuardianRules:
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
                          "holds_sent": 0, "timed_released": 0, "timed_late": 0,
-                         "timed_arrived_late": 0,
-                         "timed_dropped": 0}
+                         "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0}
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
@@ -319,7 +319,13 @@ class GuardianRules:
             # clock the waiting one is due: out first, in order. (Ours may read a few µs behind
             # on another CPU of a VM.)
             self._release(now, acts)
-        self._timed = (msg.at_us / 1e6, msg.cmd)
+        due = msg.at_us / 1e6
+        if due - now > self.deadman_s + _DUE_SLACK_S:
+            # Further ahead than the deadman: the stream would have gone quiet by then (the
+            # daemon's period is at most half of it, config_checks) — a bad clock or a bug.
+            self.counters["timed_rejected"] += 1
+            return
+        self._timed = (due, msg.cmd)
         if now >= self._timed[0] - _DUE_SLACK_S:  # arrived at or after its deadline
             if now - self._timed[0] > LATE_RELEASE_S:
                 self.counters["timed_arrived_late"] += 1  # the daemon's lateness, not ours
