@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_proc import DaemonProc
 from mosquitto import Mosquitto
 
 MQTT_USERS = {"dev1": "dev1-secret-pw", "dev2": "dev2-secret-pw", "operator": "operator-pw"}
@@ -20,3 +21,16 @@ def broker(tmp_path: Path) -> Iterator[Mosquitto]:
         yield b
     finally:
         b.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran daemons gets their last log lines in its report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when == "call":
+        for i, d in enumerate(DaemonProc.started):
+            report.sections.append((f"daemon {i} ({d.device}) last log lines",
+                                    "\n".join(d.lines[-60:])))
+    if call.when == "teardown":
+        DaemonProc.started.clear()

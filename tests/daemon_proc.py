@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mosquitto import Mosquitto, wait_until
 
@@ -22,6 +22,10 @@ SIM_CONFIG = REPO / "configs" / "sim.toml"
 
 class DaemonProc:
     """`edge-agent run --config configs/sim.toml --sim` with test overrides; output captured."""
+
+    # every daemon a test started: a failing test's report ends with their last log lines
+    # (conftest.py), so a CI failure can be read without rerunning it
+    started: ClassVar[list[DaemonProc]] = []
 
     def __init__(self, tmp: Path, broker: Mosquitto | None, *, device: str = "dev1",
                  password: str = "dev1-secret-pw", extra: tuple[str, ...] = (),
@@ -50,6 +54,7 @@ class DaemonProc:
                                      text=True, env=self.env, cwd=REPO, start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        DaemonProc.started.append(self)
         return self
 
     def _read(self) -> None:

@@ -155,6 +155,9 @@ def test_pick_place_over_mqtt_then_estop_mid_task_freezes_and_resume_finishes(
     try:
         d.wait_ready()
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
+        # MQTT comes up beside the link: a command published before the daemon's subscription
+        # is granted is not delivered to it (no session yet) — wait until it would be
+        wait_until(lambda: d.socket_cmd("status")["result"]["mqtt_connected"], 30, "mqtt up")
         operator.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-1"}))
         reply = _payload(operator.expect("edge/dev1/reply/task.start", timeout=30))
         assert reply["ok"] is True, reply

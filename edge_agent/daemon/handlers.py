@@ -198,6 +198,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
                  "output_at_deadline": d.output.at_deadline,
                  "sent_at_once": d.output.sent_at_once, "gc": d.gc_stats.as_dict()}
         if d.loop else None,
+        # connected with the command subscription granted: a command published now is received
         "background": d.background, "mqtt_connected": bool(
-            d.publisher.bridge is not None and d.publisher.bridge.connected),
+            d.publisher.bridge is not None and d.publisher.bridge.ready),
     }
