@@ -8,6 +8,8 @@ need_apt=()
 command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)   # the official AsyncAPI parser (tests)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing ${need_apt[*]} with apt-get" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -30,3 +32,11 @@ fi
 # its code: ProtectSystem=strict). Without .pyc files every start compiles ~80 modules again —
 # ~250 ms here, more than the whole start-up budget. Quick when nothing changed.
 .venv/bin/python -m compileall -q -j 0 edge_agent hil >/dev/null
+
+# The official AsyncAPI parser that tests/test_asyncapi_official.py runs on docs/asyncapi.yaml,
+# pinned by tests/asyncapi/package-lock.json (installed again only when the lockfile changes).
+pstamp=tests/asyncapi/node_modules/.edge-agent-installed
+if [ ! -f "$pstamp" ] || [ tests/asyncapi/package-lock.json -nt "$pstamp" ]; then
+  npm ci --prefix tests/asyncapi --silent --no-audit --no-fund
+  touch "$pstamp"
+fi
