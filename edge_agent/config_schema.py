@@ -138,6 +138,9 @@ class MqttSection:
     reconnect_min_s: float = _secs(0.5)
     reconnect_max_s: float = _secs(30.0)
     dedup_window_s: float = opt("float", 3600.0, lo=0.0, lo_open=True, hi=30 * 86400.0)
+    clock_skew_s: float = opt("float", 1.0, lo=0.0, hi=60.0,
+                              hint="how far a publisher's clock may be from ours: a command's "
+                                   "`ts` earlier than the latest stop + this is stale")
     telemetry_hz: float = opt("float", 10.0, lo=0.0, hi=100.0, hint="0 turns telemetry off")
 
 

@@ -104,6 +104,7 @@ BOUNDARY: dict[str, tuple[Any, ...]] = {
     "duration_s": (0, 3600, 3600.1, -0.1, 0.5),
     "severity": (0, 1, 1.1, -0.01, 0.5),
     "expires_at": (0, 1e11, 1e11 + 1, -0.001, 4e9),
+    "ts": (0, 1e11, 1e11 + 1, -0.001, 1.7e9, "now"),
     "id": ("i" * 128, "i" * 129, "ok"),
 }
 
@@ -218,7 +219,7 @@ def objects_for(name: str, n: int, seed: int) -> list[dict[str, Any]]:
     every boundary value of every field the command takes, each in an otherwise valid payload."""
     rng = random.Random(f"{seed}-{name}")
     out = [command_object(name, rng, f"a-{i}") for i in range(n)]
-    for key in (*ARG_KEYS[name], "expires_at", "id"):
+    for key in (*ARG_KEYS[name], "expires_at", "ts", "id"):
         for value in BOUNDARY.get(key, ()):
             base = {"v": 1, "id": f"b-{len(out)}", **valid_args(name, rng)}
             if name == "failure.inject" and key == "mode":

@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from conftest import MQTT_USERS
 from mosquitto import Mosquitto, Probe, wait_until
+from tcp_proxy import TcpProxy
 
 from edge_agent.clock import ManualClock
-from edge_agent.commands import CommandAPI, CommandContext, Mode
+from edge_agent.commands import CommandAPI, CommandContext, Freshness, Mode
 from edge_agent.comms.inbox import CommandInbox, InboundCommand
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import Topics
@@ -31,7 +32,9 @@ class Device:
 
     def __init__(self, broker: Mosquitto, **kwargs: Any) -> None:
         self.clock = kwargs.pop("clock", None) or ManualClock(1000.0)
-        self.api = CommandAPI(lambda: Mode.IDLE, clock=self.clock)
+        self.freshness = Freshness()
+        port = kwargs.pop("port", broker.port)
+        self.api = CommandAPI(lambda: Mode.IDLE, clock=self.clock, freshness=self.freshness)
         self.ran: list[tuple[str, str]] = []
         self.estops: list[str] = []
         self.gate = threading.Event()
@@ -40,7 +43,7 @@ class Device:
         for name in ("status", "task.start", "estop", "reset"):
             self.api.register(name, self._record)
         self.bridge = MqttBridge(
-            self.api, device_id="dev1", host=broker.host, port=broker.port,
+            self.api, device_id="dev1", host=broker.host, port=port,
             password=MQTT_USERS["dev1"], reconnect_min_s=0.05, reconnect_max_s=0.5,
             on_estop=self.estops.append, clock=self.clock, **kwargs)
 
@@ -178,22 +181,53 @@ def test_unknown_command_and_missing_id(device: Device, operator: Probe) -> None
     assert [e for e in logs if e["event"] == "mqtt_reply_unroutable"]
 
 
-def test_expired_while_offline_is_dropped_by_the_broker(broker: Mosquitto,
-                                                        operator: Probe) -> None:
-    first = Device(broker, clean_start=False, session_expiry_s=60).start()
-    first.bridge.stop()  # the session (and its subscription) stays at the broker
-    operator.publish("edge/dev1/cmd/status", body("stale"), expiry=1)
-    operator.publish("edge/dev1/cmd/status", body("fresh"))
-    t0 = time.monotonic()
-    # Not synchronisation: the expiry must elapse on the broker's clock (1 s resolution).
-    wait_until(lambda: time.monotonic() - t0 > 2.5, 5, "the expiry interval to pass")
-    second = Device(broker, clean_start=False, session_expiry_s=60).start()
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_nothing_published_during_a_network_blip_is_delivered(broker: Mosquitto, operator: Probe,
+                                                             protocol: str) -> None:
+    """Every (re)connection is a clean session: the broker queues nothing for the daemon while
+    the link is down (before: a persistent session handed it over on reconnect)."""
+    proxy = TcpProxy(broker.host, broker.port)
+    dev = Device(broker, port=proxy.port, protocol=protocol).start()
     try:
-        assert reply_for(operator, "fresh")["ok"]
-        assert second.ids() == ["fresh"]
-        assert all(json.loads(m.payload).get("id") != "stale" for m in operator.drain())
+        proxy.cut()
+        wait_until(lambda: not dev.bridge.connected, 10, "the bridge to see the link go")
+        operator.publish("edge/dev1/cmd/task.start", body(f"blip-{protocol}"), expiry=60)
+        proxy.restore()
+        assert dev.bridge.wait_ready(20), "no reconnect after the blip"
+        assert dev.bridge.counters["connections"] == 2
+        operator.publish("edge/dev1/cmd/status", body(f"marker-{protocol}"))
+        assert reply_for(operator, f"marker-{protocol}")["ok"]
+        assert dev.ids() == [f"marker-{protocol}"]
     finally:
-        second.bridge.stop()
+        dev.bridge.stop()
+        proxy.close()
+
+
+def test_a_motion_command_waiting_in_the_inbox_when_a_stop_trips_is_stale(
+        broker: Mosquitto, operator: Probe) -> None:
+    """A task.start queued behind a slow command while a stop trips and is reset is answered
+    `stale`, never run; a status queued beside it still runs."""
+    dev = Device(broker).start()
+    try:
+        dev.gate.clear()
+        dev.entered.clear()
+        operator.publish("edge/dev1/cmd/status", body("slow"))
+        assert dev.entered.wait(10)
+        operator.publish("edge/dev1/cmd/task.start", body("queued-start"))
+        operator.publish("edge/dev1/cmd/status", body("queued-status"))
+        wait_until(lambda: dev.bridge.inbox.depth() == 2, 10, "both to be queued")
+        dev.freshness.note_trip()  # what the daemon's latch listener does on a stop ...
+        dev.freshness.note_reset()  # ... and on its reset
+        dev.gate.set()
+        stale = reply_for(operator, "queued-start")
+        assert stale["error"]["code"] == "stale" and "before the latest stop" in \
+            stale["error"]["message"], stale
+        assert reply_for(operator, "queued-status")["ok"]
+        assert dev.ids() == ["slow", "queued-status"]
+        assert dev.api.counters["stale"] == 1
+    finally:
+        dev.gate.set()
+        dev.bridge.stop()
 
 
 def test_expired_in_the_inbox_is_refused_but_an_expired_estop_still_stops(
@@ -227,6 +261,9 @@ def test_fleet_estop_and_garbage_estop_trip(device: Device, operator: Probe) -> 
 
 
 def test_retained_commands_are_never_run(broker: Mosquitto, operator: Probe) -> None:
+    """A stored retained command: MQTT 5 is not even sent it (retain handling 2); 3.1.1 gets it
+    with the flag on subscribing and answers `retained`. A retained command published while
+    subscribed: MQTT 5 keeps the flag (retain-as-published) and answers `retained`."""
     operator.publish("edge/dev1/cmd/task.start", body("retained-1"), retain=True)
     for protocol in ("5", "3.1.1"):
         dev = Device(broker, protocol=protocol).start()
@@ -234,8 +271,20 @@ def test_retained_commands_are_never_run(broker: Mosquitto, operator: Probe) -> 
             operator.publish("edge/dev1/cmd/status", body(f"marker-{protocol}"))
             assert reply_for(operator, f"marker-{protocol}")["ok"]
             assert "retained-1" not in dev.ids()
+            if protocol == "3.1.1":
+                assert reply_for(operator, "retained-1")["error"]["code"] == "retained"
         finally:
             dev.bridge.stop()
+    assert not [m for m in operator.drain() if json.loads(m.payload).get("id") == "retained-1"]
+    dev = Device(broker).start()
+    try:
+        operator.publish("edge/dev1/cmd/task.start", body("retained-live"), retain=True)
+        refused = reply_for(operator, "retained-live")
+        assert refused["error"]["code"] == "retained", refused
+        assert dev.ids() == [] and dev.bridge.counters["retained"] == 1
+    finally:
+        operator.publish("edge/dev1/cmd/task.start", b"", retain=True)
+        dev.bridge.stop()
 
 
 def test_mqtt_311_round_trip(broker: Mosquitto, operator: Probe) -> None:

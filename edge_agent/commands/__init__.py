@@ -9,10 +9,12 @@ from edge_agent.commands.dedup import (
     JsonFileDedupStore,
     MemoryDedupStore,
 )
+from edge_agent.commands.freshness import MOTION_COMMANDS, Epoch, Freshness
 from edge_agent.commands.schema import COMMANDS, Limits
 
 __all__ = [
-    "COMMANDS", "Admission", "AdmissionContext", "CommandAPI", "CommandContext",
-    "CommandRefused", "DedupEntry", "DedupStore", "ErrorCode", "ErrorInfo", "Handler",
-    "JsonFileDedupStore", "Limits", "MemoryDedupStore", "Mode", "Reply", "Verdict", "admit",
+    "COMMANDS", "MOTION_COMMANDS", "Admission", "AdmissionContext", "CommandAPI",
+    "CommandContext", "CommandRefused", "DedupEntry", "DedupStore", "Epoch", "ErrorCode",
+    "ErrorInfo", "Freshness", "Handler", "JsonFileDedupStore", "Limits", "MemoryDedupStore",
+    "Mode", "Reply", "Verdict", "admit",
 ]

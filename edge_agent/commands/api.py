@@ -1,10 +1,12 @@
-"""The in-process command API: parse → dedup → expiry → admission → handler → Reply.
+"""The in-process command API: parse → dedup → expiry → freshness → admission → handler → Reply.
 
 MQTT, the local control socket and tests all call `CommandAPI.handle`. It never raises: every
 problem becomes an error reply. Thread-safe: it is called from the bridge's worker, the socket
 threads and paho's thread. Commands other than `estop` run one at a time (admission and handler
 form one step); `estop` bypasses that lock, the dedup window and expiry, and runs even when its
 payload is malformed — it must never wait behind a slow handler or be refused on a technicality.
+Freshness (commands/freshness.py) is checked in the same step as admission: a motion command that
+arrived before the latest stop or reset is refused `stale` when its turn comes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands.admission import Admission, AdmissionContext, Mode, Verdict, admit
 from edge_agent.commands.codes import CommandRefused, ErrorCode, Reply
 from edge_agent.commands.dedup import DedupEntry, DedupStore, DedupWindow
+from edge_agent.commands.freshness import Epoch, Freshness
 from edge_agent.commands.schema import (
     COMMANDS,
     Limits,
@@ -70,6 +73,7 @@ class CommandAPI:
         clock: Clock | None = None,
         wall_clock: Callable[[], float] = time.time,
         duplicate_wait_s: float = 30.0,
+        freshness: Freshness | None = None,
     ) -> None:
         self._mode_provider = mode_provider
         self._store = dedup_store
@@ -81,6 +85,7 @@ class CommandAPI:
         self._reset_min_interval_s = reset_min_interval_s
         self._last_reset: float | None = None
         self._duplicate_wait_s = duplicate_wait_s
+        self._freshness = freshness
         self._handlers: dict[str, Handler] = {}
         self._lock = threading.Lock()  # dedup window, in-flight ids, counters
         self._done = threading.Condition(self._lock)
@@ -90,7 +95,8 @@ class CommandAPI:
         self._window = DedupWindow(window_s=dedup_window_s, max_entries=dedup_max_entries)
         self._ephemeral = DedupWindow(window_s=min(dedup_window_s, 60.0), max_entries=512)
         self.counters: dict[str, int] = {"handled": 0, "duplicates": 0, "errors": 0,
-                                         "internal": 0, "expired": 0, "store_failures": 0}
+                                         "internal": 0, "expired": 0, "stale": 0,
+                                         "store_failures": 0}
         if dedup_store is not None:
             self._window.load(dedup_store.load(), self._wall())
 
@@ -104,17 +110,24 @@ class CommandAPI:
     def limits(self) -> Limits:
         return self._limits
 
+    def epoch(self) -> Epoch | None:
+        """The stop epoch now: a transport notes it when a command arrives (`handle(arrived=)`)."""
+        return self._freshness.epoch() if self._freshness is not None else None
+
     def dedup_size(self) -> int:
         """Entries in the persisted window (EPHEMERAL commands are kept apart, in memory)."""
         with self._lock:
             return len(self._window)
 
     def handle(self, name: str, payload: Payload, *, source: str,
-               deadline: float | None = None) -> Reply:
-        """Run one command and return its reply. `deadline` is on the API clock (MQTT expiry)."""
+               deadline: float | None = None, arrived: Epoch | None = None) -> Reply:
+        """Run one command and return its reply. `deadline` is on the API clock (MQTT expiry);
+        `arrived` is the stop epoch when the transport received it (default: now)."""
         received = self._clock.now()
+        if arrived is None:
+            arrived = self.epoch()
         try:
-            reply = self._handle(name, payload, source, deadline, received)
+            reply = self._handle(name, payload, source, deadline, received, arrived)
         except Exception as exc:  # last resort: handle() never raises
             _log.exception("command_internal_error", command=name, source=source)
             reply = Reply.failure(None, ErrorCode.INTERNAL, f"internal error: {type(exc).__name__}")
@@ -126,10 +139,12 @@ class CommandAPI:
                     self.counters["internal"] += 1
                 elif reply.code is ErrorCode.EXPIRED:
                     self.counters["expired"] += 1
+                elif reply.code is ErrorCode.STALE:
+                    self.counters["stale"] += 1
         return reply
 
     def _handle(self, name: str, payload: Payload, source: str, deadline: float | None,
-                received: float) -> Reply:
+                received: float, arrived: Epoch | None) -> Reply:
         try:
             if name not in COMMANDS:
                 raise PayloadError(ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}",
@@ -144,7 +159,7 @@ class CommandAPI:
             return Reply.failure(exc.command_id, exc.code, exc.message)
         if name == "estop":
             return self._run_estop(parsed, source, received)
-        return self._run_once(name, parsed, source, deadline, received)
+        return self._run_once(name, parsed, source, deadline, received, arrived)
 
     def _id_of(self, payload: Payload) -> str | None:
         if isinstance(payload, Mapping):
@@ -171,7 +186,7 @@ class CommandAPI:
             return Mode.ESTOP
 
     def _run_once(self, name: str, parsed: ParsedCommand, source: str, deadline: float | None,
-                  received: float) -> Reply:
+                  received: float, arrived: Epoch | None) -> Reply:
         cid = parsed.id
         with self._lock:
             limit = time.monotonic() + self._duplicate_wait_s  # a real wait on another thread
@@ -191,13 +206,13 @@ class CommandAPI:
         reply = Reply.failure(cid, ErrorCode.INTERNAL, "internal error")
         try:
             with self._exec_lock:
-                reply = self._admit_and_run(name, parsed, source, deadline, received)
+                reply = self._admit_and_run(name, parsed, source, deadline, received, arrived)
         finally:
             self._remember(name, cid, reply)
         return reply
 
     def _admit_and_run(self, name: str, parsed: ParsedCommand, source: str,
-                       deadline: float | None, received: float) -> Reply:
+                       deadline: float | None, received: float, arrived: Epoch | None) -> Reply:
         cid = parsed.id
         now = self._clock.now()
         if deadline is not None and now > deadline:
@@ -205,6 +220,12 @@ class CommandAPI:
                                  f"message expired {now - deadline:.3f} s before processing")
         if parsed.expires_at is not None and self._wall() > parsed.expires_at:
             return Reply.failure(cid, ErrorCode.EXPIRED, "expires_at is in the past")
+        if self._freshness is not None:
+            stale = self._freshness.check(name, parsed.ts, arrived)
+            if stale is not None:
+                _log.warning("command_stale", command=name, id=cid, source=source,
+                             code=stale.code.value, why=stale.message)
+                return Reply.failure(cid, stale.code, stale.message)
         try:
             mode = Mode(self._mode_provider())
         except Exception as exc:

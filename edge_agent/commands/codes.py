@@ -36,6 +36,9 @@ class ErrorCode(StrEnum):
     OUT_OF_WORKSPACE = "out_of_workspace"
     UNREACHABLE = "unreachable"
     EXPIRED = "expired"
+    STALE = "stale"  # sent before the latest stop or reset (commands/freshness.py)
+    CLOCK_SKEW = "clock_skew"  # `ts` further ahead of the daemon's clock than allowed
+    RETAINED = "retained"  # a retained MQTT message is never a command
     RATE_LIMITED = "rate_limited"
     DISABLED = "disabled"
     NOT_IMPLEMENTED = "not_implemented"  # no handler registered for a known command

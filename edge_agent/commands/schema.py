@@ -1,7 +1,8 @@
 """Command payloads: decoding with size/depth limits and a hand-written validator per command.
 
 Every error names the field and the problem (`params.object: expected 3 numbers, got 2`). The
-envelope is `{"v": 1, "id": "<1..128 chars>", "expires_at"?: <unix s>, ...args}`; unknown fields
+envelope is `{"v": 1, "id": "<1..128 chars>", "expires_at"?: <unix s>, "ts"?: <unix s>, ...args}`
+(`ts`: when the publisher sent it, by its clock; see commands/freshness.py); unknown fields
 are refused so that a typo (`ttl_msec`) never silently becomes a default.
 """
 
@@ -20,7 +21,7 @@ COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",
     "manual.exit", "status", "model.update", "failure.inject",
 )
-ENVELOPE = frozenset({"v", "id", "expires_at"})
+ENVELOPE = frozenset({"v", "id", "expires_at", "ts"})
 JOG_TTL_MAX_MS = 200
 FAILURE_MODES: Mapping[str, tuple[str, ...]] = {
     "sensor": ("dropout", "stuck", "noise", "spikes"),
@@ -49,6 +50,7 @@ class ParsedCommand:
     id: str
     args: dict[str, Any]
     expires_at: float | None  # wall-clock unix seconds, from the payload
+    ts: float | None = None  # when the publisher sent it (unix seconds, its clock)
 
 
 class PayloadError(Exception):
@@ -148,10 +150,11 @@ def parse(name: str, obj: Mapping[str, Any], limits: Limits) -> ParsedCommand:
         raise PayloadError(ErrorCode.UNKNOWN_COMMAND, f"unknown command {name!r}", command_id)
     try:
         expires_at = _number(obj, "expires_at", "", lo=0.0, hi=1e11)
+        ts = _number(obj, "ts", "", lo=0.0, hi=1e11)
         args = validator({k: val for k, val in obj.items() if k not in ENVELOPE})
     except _Bad as exc:
         raise PayloadError(ErrorCode.BAD_ARGS, str(exc), command_id) from None
-    return ParsedCommand(command_id, args, expires_at)
+    return ParsedCommand(command_id, args, expires_at, ts)
 
 
 class _Bad(Exception):

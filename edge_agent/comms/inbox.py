@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from edge_agent.commands.freshness import Epoch
 from edge_agent.log import get_logger
 
 _log = get_logger(__name__)
@@ -29,6 +30,7 @@ class InboundCommand:
     response_topic: str | None = None
     correlation: bytes | None = None
     priority: bool = False
+    arrived: Epoch | None = None  # the stop epoch on arrival: a stop since makes motion stale
 
 
 class CommandInbox:

@@ -10,9 +10,17 @@ Presence follows Sparkplug's bdSeq: the Last Will (`offline`, retained) is set b
 connection attempt with that attempt's `seq`; the birth (`online`, retained) carries the same
 `seq`; a clean `stop()` publishes `offline` itself, then disconnects (which discards the will).
 
-Sessions: by default the first connection of a run starts clean (commands queued while the daemon
-was down are not executed at boot) and later reconnects resume the session (`session_expiry_s`),
-so commands sent during a network blip arrive; MQTT 5 message expiry is honoured on arrival.
+Sessions: every connection starts clean and the session expires with it (MQTT 5 clean start,
+session expiry 0; 3.1.1 clean session), so the broker keeps nothing for the daemon while it is
+unreachable: a command published then is never delivered (REQUIREMENTS.md 2, DESIGN.md stop
+model). The stop epoch when a command arrives travels with it to the API, which refuses a motion
+command `stale` if a stop or reset came in between (commands/freshness.py). MQTT 5 message
+expiry is honoured on arrival.
+
+Retained commands never run: the command subscription asks for retain-as-published (MQTT 5), so
+a retained `task.start` published while we are subscribed still carries its flag, and is answered
+`retained`; stored ones are not even sent (retain handling 2). MQTT 3.1.1 has neither: a broker
+clears the flag on live delivery, so only the stored copy (sent on subscribing) is recognised.
 """
 
 from __future__ import annotations
@@ -72,8 +80,6 @@ class MqttBridge:
         inbox_size: int = 256,
         reconnect_min_s: float = 1.0,
         reconnect_max_s: float = 30.0,
-        clean_start: bool | None = None,
-        session_expiry_s: int = 300,
         will_delay_s: int = 0,
         boot_id: str | None = None,
         version: str = __version__,
@@ -89,8 +95,6 @@ class MqttBridge:
         self.topics = Topics(topic_prefix or f"edge/{device_id}", fleet_estop_topic)
         self._host, self._port, self._keepalive = host, port, keepalive
         self._v5 = protocol_number(protocol) == paho.MQTTv5
-        self._clean_start = clean_start
-        self._session_expiry_s = session_expiry_s
         self._will_delay_s = will_delay_s
         self._identity = {"boot_id": boot_id or uuid.uuid4().hex, "version": version,
                           "config_hash": config_hash}
@@ -111,14 +115,12 @@ class MqttBridge:
         self._last_telemetry: float | None = None
         self._started = self._stopped = False
         self.counters: dict[str, int] = dict.fromkeys((
-            "received", "estops", "ignored", "replies", "publish_dropped", "publish_refused",
-            "telemetry_suppressed", "connections", "disconnects"), 0)
+            "received", "estops", "ignored", "retained", "replies", "publish_dropped",
+            "publish_refused", "telemetry_suppressed", "connections", "disconnects"), 0)
         self._inbox = CommandInbox(self._process, maxsize=inbox_size)
-        # 3.1.1 has no "clean only at first": a persistent session only when asked for.
         self._client = make_client(device_id, protocol=protocol,
                                    username=username or device_id,
-                                   password=password, tls=tls,
-                                   clean_session=clean_start is not False)
+                                   password=password, tls=tls, clean_session=True)
         self._client.max_queued_messages_set(max_queued)
         self._client.enable_logger()  # paho's own debug lines (never the password) via logging
         self._jitter_reconnect()
@@ -142,13 +144,8 @@ class MqttBridge:
             self._started = True
         self._inbox.start()
         kwargs: dict[str, Any] = {}
-        if self._v5:
-            props = mqtt_properties(PacketTypes.CONNECT)
-            if self._session_expiry_s > 0:
-                props.SessionExpiryInterval = self._session_expiry_s
-            kwargs["properties"] = props
-            kwargs["clean_start"] = (paho.MQTT_CLEAN_START_FIRST_ONLY
-                                     if self._clean_start is None else self._clean_start)
+        if self._v5:  # clean on every (re)connect; no SessionExpiryInterval: the session ends
+            kwargs["clean_start"] = True  # with the connection, nothing is queued for us
         _log.info("mqtt_connecting", host=self._host, port=self._port, client_id=self.device_id,
                   protocol="5" if self._v5 else "3.1.1", prefix=self.topics.prefix,
                   boot_id=self._identity["boot_id"])
@@ -290,7 +287,8 @@ class MqttBridge:
         cmd_opts: Any = 1
         fleet_opts: Any = 1
         if self._v5:  # a retained command is never run; a retained fleet e-stop still stops
-            cmd_opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+            cmd_opts = SubscribeOptions(qos=1, retainAsPublished=True,
+                                        retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
             fleet_opts = SubscribeOptions(qos=1)
         self._subscribed.clear()
         _rc, self._sub_mid = client.subscribe([(self.topics.cmd_filter, cmd_opts),
@@ -300,8 +298,10 @@ class MqttBridge:
             client.publish(self.topics.state, to_payload(self._last_state), qos=1, retain=True)
         self._jitter_reconnect()
         self._connected.set()
-        _log.info("mqtt_connected", seq=self._live_seq,
-                  session_present=bool(getattr(flags, "session_present", False)))
+        session_present = bool(getattr(flags, "session_present", False))
+        if session_present:  # we asked for a clean start: a broker that ignores it is news
+            _log.error("mqtt_session_present_despite_clean_start", seq=self._live_seq)
+        _log.info("mqtt_connected", seq=self._live_seq, session_present=session_present)
         self._notify_connection(True)
 
     def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
@@ -346,6 +346,7 @@ class MqttBridge:
 
     def _dispatch(self, msg: paho.MQTTMessage) -> None:
         now = self._clock.now()
+        arrived = self._api.epoch()  # before anything else: a stop may trip any moment now
         topic = msg.topic
         self.counters["received"] += 1
         props = getattr(msg, "properties", None)
@@ -363,14 +364,23 @@ class MqttBridge:
                                              response_topic, correlation, priority=True))
             return
         name = self.topics.command_name(topic)
-        if name is None or msg.retain:
+        if name is None:
             self.counters["ignored"] += 1
-            _log.warning("mqtt_message_ignored", topic=topic, retained=bool(msg.retain))
+            _log.warning("mqtt_message_ignored", topic=topic)
             return
         expiry = getattr(props, "MessageExpiryInterval", None)
         deadline = now + float(expiry) if expiry is not None else None
         item = InboundCommand(name, bytes(msg.payload), "mqtt", deadline, response_topic,
-                              correlation)
+                              correlation, arrived=arrived)
+        if msg.retain:  # whoever retained it meant "for whoever subscribes later": never run
+            self.counters["retained"] += 1
+            _log.warning("mqtt_retained_command_refused", topic=topic,
+                         id=recover_id(item.payload))
+            self._send_reply(item, Reply.failure(
+                recover_id(item.payload), ErrorCode.RETAINED,
+                "retained messages are never run as commands; publish it without retain "
+                "(and clear the retained one: an empty retained message on this topic)"))
+            return
         if not self._inbox.offer(item):
             self._send_reply(item, Reply.failure(recover_id(item.payload), ErrorCode.OVERLOADED,
                                                  "command inbox full; try again"))
@@ -379,7 +389,7 @@ class MqttBridge:
 
     def _process(self, item: InboundCommand) -> None:
         reply = self._api.handle(item.name, item.payload, source=item.source,
-                                 deadline=item.deadline)
+                                 deadline=item.deadline, arrived=item.arrived)
         self._send_reply(item, reply)
 
     def _send_reply(self, item: InboundCommand, reply: Reply) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.clock import Clock, MonotonicClock
-from edge_agent.commands import CommandAPI, JsonFileDedupStore
+from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
 from edge_agent.config import Config
 from edge_agent.daemon import persist
 from edge_agent.daemon.handlers import register_handlers
@@ -101,7 +101,10 @@ class Daemon:
         self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event, clock=self.clock.now)
         self.writer = StoreWriter(on_error=self._on_store_error)
         self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
+        # stop epochs: nothing sent before the latest stop or reset moves the robot after it
+        self.freshness = Freshness(config.mqtt.clock_skew_s)
         self.api = CommandAPI(self.mode, dedup_window_s=config.mqtt.dedup_window_s,
+                              freshness=self.freshness,
                               dedup_store=None,  # set in start(): the state dir must exist
                               reset_min_interval_s=config.executor.reset_min_interval_s,
                               failure_injection=config.debug.failure_injection)
@@ -209,9 +212,11 @@ class Daemon:
         self.api = CommandAPI(self.mode, dedup_store=JsonFileDedupStore(
             self.state_dir / "dedup.json"), dedup_window_s=cfg.mqtt.dedup_window_s,
             reset_min_interval_s=cfg.executor.reset_min_interval_s,
-            failure_injection=cfg.debug.failure_injection, clock=self.clock)
+            failure_injection=cfg.debug.failure_injection, clock=self.clock,
+            freshness=self.freshness)
         restored = persist.restore(self.state_dir, self.snapshots)
         now = self.clock.now()
+        self.latch.add_listener(self.freshness.on_latch)
         self.latch.add_listener(self._on_latch)
         self.latch.restore(restored.data.get("latch", {}), now)
         if restored.unclean:
@@ -368,6 +373,7 @@ class Daemon:
         """Any e-stop source: latch (the listener sends the stop frame) — and send it again."""
         now = self.clock.now()
         if not self.latch.trip(cause, now):
+            self.freshness.note_trip()  # commanded again while latched: a stop all the same
             self._send(Stop(StopCategory.CAT0, StopReason.ESTOP_REMOTE))
 
     def status(self) -> dict[str, Any]:
