@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import MQTT_USERS
-from mosquitto import Mosquitto
+from mosquitto import Mosquitto, wait_until
 
 from edge_agent.commands import CommandAPI, CommandContext, Mode
 from edge_agent.comms.client import (
@@ -159,3 +159,104 @@ def test_send_command_over_mqtt(broker: Mosquitto, tmp_path: Path, protocol: str
                      password="wrong", protocol=protocol)
     with pytest.raises(CommandTransportError, match="refused"):
         send_command("status", {}, mqtt=bad, timeout=5)
+
+
+def _admitted(path: Path, n: int) -> list[socket.socket]:
+    """`n` connections that each got an answer (so each holds a slot), then stay silent."""
+    out = []
+    for i in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        s.connect(str(path))
+        s.sendall(b'{"cmd": "status", "v": 1, "id": "hold-%d"}\n' % i)
+        assert json.loads(s.makefile("rb").readline())["ok"]
+        out.append(s)
+    return out
+
+
+def _try_connect(s: socket.socket, path: Path) -> bool:
+    try:
+        s.connect(str(path))
+    except BlockingIOError:  # the listen backlog is full this instant: try again
+        return False
+    return True
+
+
+def _silent(path: Path, n: int) -> list[socket.socket]:
+    out = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(10)
+        wait_until(lambda s=s: _try_connect(s, path), 10, "a connection")  # type: ignore[misc]
+        out.append(s)
+    return out
+
+
+def test_an_estop_is_served_however_many_connections_are_open(daemon: Daemonish) -> None:
+    """Eight silent connections fill the slots, 40 more (past the overflow lane's 32) wait
+    silently: an `estop` on yet another connection is still served; a `status` there is busy.
+    (Before: `busy: too many connections` for the e-stop too, and nothing stopped.)"""
+    path = daemon.server.path
+    held = _admitted(path, 8)
+    flood = _silent(path, 40)
+    try:
+        busy = exchange(path, b'{"cmd": "status", "v": 1, "id": "over"}\n')[0]
+        assert busy["error"]["code"] == "busy" and "too many connections" in \
+            busy["error"]["message"]
+        reply = exchange(path, b'{"cmd": "estop", "v": 1, "id": "past-the-limit"}\n')[0]
+        assert reply == {"v": 1, "id": "past-the-limit", "ok": True,
+                         "result": {"command": "estop", "source": "socket"}}
+        assert daemon.estops == ["socket"]
+        # the oldest silent ones were pushed out to make room, answered busy
+        first = flood[0].makefile("rb").readline()
+        assert json.loads(first)["error"]["code"] == "busy"
+        lane = daemon.server.overflow
+        assert lane is not None and lane.counters["evicted"] >= 8
+    finally:
+        for s in held + flood:
+            s.close()
+
+
+def test_an_unfinished_estop_line_past_the_limit_stops_when_its_time_is_up(
+        tmp_path: Path) -> None:
+    d = Daemonish(tmp_path / "state")
+    d.server = ControlSocketServer(d.api, tmp_path / "state" / "control.sock",
+                                   on_estop=d.estops.append, max_clients=1,
+                                   overflow_line_timeout_s=0.2)
+    d.server.start()
+    try:
+        held = _admitted(d.server.path, 1)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(str(d.server.path))
+            s.sendall(b'{"cmd": "estop", "v": 1, "id": "cut-sh')  # no newline, ever
+            reply = json.loads(s.makefile("rb").readline())
+        assert reply["ok"] and "payload_error" in reply["result"] and d.estops == ["socket"]
+        held[0].close()
+    finally:
+        d.server.stop()
+
+
+@pytest.mark.parametrize("line", [
+    b'{"cmd": "estop", "v": 1, "id": "trunc',  # cut short
+    b"estop",  # typed by hand
+    b"ESTOP please",
+    b'{"cmd": "ESTOP", "v": 1, "id": "upper"}',
+    b'{"cmd": ["estop"], "v": 1, "id": "list"}',
+    b'{"cmd": "estop", "v": 2, "id": "v2"}',  # a known command with a bad envelope
+])
+def test_a_line_that_names_estop_stops_even_when_it_is_malformed(daemon: Daemonish,
+                                                                 line: bytes) -> None:
+    reply = exchange(daemon.server.path, line + b"\n")[0]
+    assert reply["ok"] and daemon.estops == ["socket"], reply
+    assert daemon.ran == ["estop:socket"]
+
+
+@pytest.mark.parametrize("line", [
+    b'{"cmd": "status", "v": 1, "id": "estop"}',  # a known command: the word is just an id
+    b'{"cmd": "estop_input", "v": 1, "id": "x"}',  # not the word estop
+    b"nope",
+])
+def test_a_line_that_does_not_name_estop_does_not_stop(daemon: Daemonish, line: bytes) -> None:
+    exchange(daemon.server.path, line + b"\n")
+    assert daemon.estops == []

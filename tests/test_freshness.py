@@ -72,7 +72,7 @@ def test_a_motion_command_from_before_the_latest_stop_or_reset_is_stale(name: st
 
 
 def test_the_epoch_rule_needs_no_clock() -> None:
-    api, fresh, wall, ran = make(skew=0.0)
+    api, fresh, _, ran = make(skew=0.0)
     arrived = api.epoch()
     fresh.note_trip()
     fresh.note_reset()
@@ -97,7 +97,7 @@ def test_the_epoch_rule_needs_no_clock() -> None:
 
 
 def test_a_ts_ahead_of_the_daemon_clock_is_refused_and_an_estop_never_is() -> None:
-    api, fresh, wall, ran = make(skew=1.0)
+    api, _, wall, _ = make(skew=1.0)
     api.register("estop", lambda a, c: {"latched": True})
     r = api.handle("status", {"v": 1, "id": "f", "ts": wall.t + 1.5}, source="test")
     assert code(r) == "clock_skew" and "ahead of the daemon's clock" in r.error.message
@@ -108,7 +108,7 @@ def test_a_ts_ahead_of_the_daemon_clock_is_refused_and_an_estop_never_is() -> No
 
 
 def test_the_daemon_start_counts_as_a_reset() -> None:
-    api, fresh, wall, ran = make(skew=1.0)
+    api, _, wall, _ = make(skew=1.0)
     r = api.handle("task.start", {"v": 1, "id": "old", "ts": wall.t - 60}, source="test")
     assert code(r) == "stale"
 

@@ -3,8 +3,12 @@
 Request line: `{"cmd": "<name>", "v": 1, "id": "...", ...args}`; reply line: the Reply as JSON.
 Only the daemon's user may connect (the socket file is 0600: bound, chmod'ed, *then* listened on,
 so there is no window in which a connect can succeed with looser permissions). An `estop` line
-calls `on_estop("socket")` before anything else, as the MQTT e-stop does. One accept thread plus
-one thread per connection (bounded); every blocking call has a timeout or is woken by `stop()`.
+calls `on_estop("socket")` before anything else, as the MQTT e-stop does — and so does a line
+that cannot be read as a known command but names `estop` (fail safe: `{"cmd": "estop"` cut
+short, a bare `estop`, `"cmd": "ESTOP"`). One accept thread plus one thread per connection
+(bounded); a connection past the bound has its first line read by the accept thread and is
+served only if it is an e-stop (comms/socket_overflow.py), so no number of idle connections can
+make an `estop` bounce. Every blocking call has a timeout or is woken by `stop()`.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import selectors
 import socket
 import stat
@@ -22,13 +27,20 @@ from pathlib import Path
 
 from edge_agent.commands.api import CommandAPI
 from edge_agent.commands.codes import ErrorCode, Reply
-from edge_agent.commands.schema import PayloadError, decode
+from edge_agent.commands.schema import COMMANDS, PayloadError, decode
+from edge_agent.comms.socket_overflow import OverflowLane
 from edge_agent.errors import EdgeAgentError
 from edge_agent.log import get_logger
 
 _log = get_logger(__name__)
 SOCKET_NAME = "control.sock"
 _SUN_PATH_MAX = 107
+_ESTOP_WORD = re.compile(rb"(?<![a-z0-9_])estop(?![a-z0-9_])", re.IGNORECASE)
+
+
+def names_estop(line: bytes) -> bool:
+    """The word `estop` anywhere in the line (any case; `estop_input` does not count)."""
+    return _ESTOP_WORD.search(line) is not None
 
 
 class ControlSocketServer:
@@ -36,7 +48,8 @@ class ControlSocketServer:
 
     def __init__(self, api: CommandAPI, path: Path | str, *,
                  on_estop: Callable[[str], None] | None = None, max_clients: int = 8,
-                 idle_timeout_s: float = 60.0, max_line: int | None = None) -> None:
+                 idle_timeout_s: float = 60.0, max_line: int | None = None,
+                 overflow_pending: int = 32, overflow_line_timeout_s: float = 1.0) -> None:
         self.path = Path(path)
         if len(os.fsencode(self.path)) > _SUN_PATH_MAX:
             raise EdgeAgentError(f"control socket path too long for AF_UNIX: {self.path}")
@@ -45,6 +58,9 @@ class ControlSocketServer:
         self._max_clients = max_clients
         self._idle_timeout_s = idle_timeout_s
         self._max_line = max_line or api.limits.max_bytes + 64
+        self._overflow_pending = overflow_pending
+        self._overflow_line_timeout_s = overflow_line_timeout_s
+        self.overflow: OverflowLane | None = None  # the accept thread's; counters readable
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._wake_r, self._wake_w = socket.socketpair()
@@ -66,7 +82,7 @@ class ControlSocketServer:
             sock.bind(os.fspath(self.path))
             os.chmod(self.path, 0o600)
             self._inode = os.stat(self.path).st_ino
-            sock.listen(16)
+            sock.listen(128)  # a burst of connections must not bounce an e-stop's connect
         except OSError as exc:
             sock.close()
             raise EdgeAgentError(f"control socket {self.path}: {exc}") from exc
@@ -132,34 +148,47 @@ class ControlSocketServer:
         with selectors.DefaultSelector() as sel:
             sel.register(self._listener, selectors.EVENT_READ)
             sel.register(self._wake_r, selectors.EVENT_READ)
-            while not self._stopping:
-                for key, _ in sel.select():
-                    if key.fileobj is self._wake_r or self._stopping:
-                        return
-                    try:
-                        conn, _addr = self._listener.accept()
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        _log.exception("control_socket_accept_failed")
-                        continue
-                    self._admit(conn)
+            lane = self.overflow = OverflowLane(
+                sel, self._overflow_answer, busy=_line(Reply.failure(
+                    None, ErrorCode.BUSY, "too many connections (only estop is served now)")),
+                max_pending=self._overflow_pending, max_line=self._max_line,
+                line_timeout_s=self._overflow_line_timeout_s)
+            try:
+                while not self._stopping:
+                    for key, _ in sel.select(lane.timeout()):
+                        if key.fileobj is self._wake_r or self._stopping:
+                            return
+                        if key.fileobj is not self._listener:
+                            lane.readable(key.fileobj)  # type: ignore[arg-type]
+                            continue
+                        try:
+                            conn, _addr = self._listener.accept()
+                        except BlockingIOError:
+                            continue
+                        except OSError:
+                            _log.exception("control_socket_accept_failed")
+                            continue
+                        self._admit(conn, lane)
+                    lane.expire()
+            finally:
+                lane.close_all()
 
-    def _admit(self, conn: socket.socket) -> None:
-        conn.setblocking(True)
-        conn.settimeout(self._idle_timeout_s)
+    def _admit(self, conn: socket.socket, lane: OverflowLane) -> None:
         with self._lock:
             full = len(self._clients) >= self._max_clients or self._stopping
             if not full:
                 t = threading.Thread(target=self._serve, args=(conn,), daemon=True,
                                      name="control-socket-conn")
                 self._clients[conn] = t
-        if full:
-            with contextlib.suppress(OSError):
-                conn.sendall(_line(Reply.failure(None, ErrorCode.BUSY, "too many connections")))
-            conn.close()
+        if full:  # its first line decides: an e-stop is served, anything else is busy
+            lane.add(conn)
             return
+        conn.setblocking(True)
+        conn.settimeout(self._idle_timeout_s)
         t.start()
+
+    def _overflow_answer(self, line: bytes) -> bytes | None:
+        return _line(self.handle_line(line)) if self.estop_requested(line) else None
 
     def _serve(self, conn: socket.socket) -> None:
         peer = _peer(conn)
@@ -171,8 +200,10 @@ class ControlSocketServer:
                     if not line:
                         return
                     if len(line) > self._max_line and not line.endswith(b"\n"):
-                        conn.sendall(_line(Reply.failure(
-                            None, ErrorCode.TOO_LARGE, f"line longer than {self._max_line} bytes")))
+                        conn.sendall(_line(self._estop(line) if names_estop(line) else
+                                           Reply.failure(None, ErrorCode.TOO_LARGE,
+                                                         f"line longer than {self._max_line} "
+                                                         "bytes")))
                         return
                     if line.strip():
                         conn.sendall(_line(self.handle_line(line)))
@@ -182,8 +213,37 @@ class ControlSocketServer:
             with self._lock:
                 self._clients.pop(conn, None)
 
+    def estop_requested(self, line: bytes) -> bool:
+        """Whether `handle_line` stops for this line: `"cmd": "estop"`, or no known command
+        can be read from it and it names estop (fail safe, as any payload on MQTT's
+        `cmd/estop` stops)."""
+        try:
+            obj = decode(line, self._api.limits)
+        except PayloadError:
+            return names_estop(line)
+        name = obj.get("cmd")
+        if name == "estop":
+            return True
+        return not (isinstance(name, str) and name in COMMANDS) and names_estop(line)
+
+    def _estop(self, line: bytes) -> Reply:
+        """Stop first, then the e-stop command (whose reply says what was wrong with the line)."""
+        if self._on_estop is not None:
+            try:
+                self._on_estop("socket")
+            except Exception:
+                _log.exception("on_estop_failed", source="socket")
+        try:
+            obj = decode(line, self._api.limits)
+        except PayloadError:  # the API reports it as the reply's payload_error
+            return self._api.handle("estop", line, source="socket")
+        obj.pop("cmd", None)
+        return self._api.handle("estop", obj, source="socket")
+
     def handle_line(self, line: bytes) -> Reply:
         """One request line → its reply (the socket's whole protocol, without the socket)."""
+        if self.estop_requested(line):
+            return self._estop(line)
         try:
             obj = decode(line, self._api.limits)
         except PayloadError as exc:
@@ -195,11 +255,6 @@ class ControlSocketServer:
                    and 0 < len(raw_id) <= self._api.limits.max_id_len else None)
             return Reply.failure(cid, ErrorCode.BAD_ARGS,
                                  "cmd: missing or not a string (expected a command name)")
-        if name == "estop" and self._on_estop is not None:
-            try:
-                self._on_estop("socket")
-            except Exception:
-                _log.exception("on_estop_failed", source="socket")
         return self._api.handle(name, obj, source="socket")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from edge_agent.errors import EdgeAgentError
@@ -31,10 +32,7 @@ def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], tim
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        try:
-            sock.connect(os.fspath(path))
-        except OSError as exc:
-            raise CommandTransportError(f"control socket {path}: {exc}") from exc
+        _connect(sock, path, timeout)
         try:
             sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
             with sock.makefile("rb") as reader:
@@ -54,3 +52,19 @@ def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], tim
     if not isinstance(reply, dict):
         raise CommandTransportError(f"control socket {path}: reply is not an object")
     return reply
+
+
+def _connect(sock: socket.socket, path: str | os.PathLike[str], timeout: float) -> None:
+    """Connect within `timeout`: a Unix socket whose listen backlog is full for a moment (a
+    burst of connections) answers EAGAIN at once; an e-stop must try again, not give up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.connect(os.fspath(path))
+            return
+        except BlockingIOError as exc:
+            if time.monotonic() >= deadline:
+                raise CommandTransportError(f"control socket {path}: {exc}") from exc
+            time.sleep(0.002)
+        except OSError as exc:
+            raise CommandTransportError(f"control socket {path}: {exc}") from exc
