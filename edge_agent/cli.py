@@ -5,6 +5,7 @@
     edge-agent cmd NAME [JSON] [--config PATH] [--timeout S]
     edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
+    edge-agent model keygen --out KEY | model sign MODEL --key KEY | model verify MODEL ...
     edge-agent version
 
 Exit codes:
@@ -12,8 +13,11 @@ Exit codes:
     1    check-config: the config is invalid; cmd: refused (reply ok=false) or bad config
     2    usage error (arguments, JSON), or a part this build does not have yet
     3    cmd: no reply (daemon not reachable, timeout)
+    75   run: another daemon holds the state dir's lock (the message names its pid); nothing
+         in the state dir was touched
     78   run: the config is invalid (EX_CONFIG; the unit's RestartPreventExitStatus=78 keeps
-         systemd from restart-looping on a config that can never start)
+         systemd from restart-looping on a config that can never start), or the state dir is
+         unsafe (owned by another user, writable by group or others)
     130  interrupted (Ctrl-C)
     run otherwise exits with the daemon's own status.
 
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
     from edge_agent.link.guardian_spawn import Spawned
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_REPLY, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 3, 78, 130
+EXIT_BUSY = 75  # EX_TEMPFAIL: another daemon holds the state dir
 DEFAULT_CONFIG = "/etc/edge-agent/edge-agent.toml"
 
 _SET_HELP = ("override a config key for this run, e.g. --set mqtt.port=1884, --set "
@@ -116,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.comms.watch_cli import add_parser as add_watch_parser
 
     add_watch_parser(sub)  # `watch` (edge_agent/comms/watch_cli.py)
+    from edge_agent.model_cli import add_parser as add_model_parser
+
+    add_model_parser(sub)  # `model keygen|sign|verify` (edge_agent/model_cli.py)
     return p
 
 
@@ -145,6 +153,19 @@ def _cmd_run(a: argparse.Namespace) -> int:
         print(_config_error(exc, a.config), file=sys.stderr)
         return EXIT_CONFIG
     mark("config")
+    from edge_agent.store.statelock import StateDirBusy, StateDirLock, StateDirUnsafe
+
+    # Before anything in the state dir is read or written, and before the guardian opens the
+    # tty: a second daemon on the same state dir leaves at once, having touched nothing.
+    try:
+        lock = StateDirLock.acquire(cfg.state_dir)
+    except StateDirBusy as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BUSY
+    except StateDirUnsafe as exc:
+        print(f"error: {a.config}: state_dir: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    mark("state_lock")
     early = None if a.sim else _spawn_guardian_early(cfg)
     mark("guardian_early")
     from edge_agent.logsetup import configure_logging
@@ -165,6 +186,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
         raise
     mark("daemon_import")
     rc = daemon_run(cfg, sim=a.sim, eager=a.eager, prespawned=early)
+    lock.release()  # after the clean-shutdown marker is gone (exit would release it too)
     return int(rc) if isinstance(rc, int) else EXIT_OK
 
 
@@ -194,6 +216,14 @@ def _cmd_check(a: argparse.Namespace) -> int:
         print(f"error: {a.path}: unexpected {type(exc).__name__}: {exc} (please report)",
               file=sys.stderr)
         return EXIT_FAIL
+    if cfg.mqtt.tls.enabled:  # load the files the way the daemon's MQTT bridge will
+        from edge_agent.comms.mqtt_common import TlsOptions
+
+        try:
+            TlsOptions.from_config(cfg.mqtt.tls).context()
+        except ConfigError as exc:
+            print(_config_error(exc, a.path), file=sys.stderr)
+            return EXIT_FAIL
     for w in cfg.warnings:
         print(f"warning: {a.path}: {w}", file=sys.stderr)
     r = cfg.robot
@@ -232,10 +262,7 @@ def _cmd_cmd(a: argparse.Namespace) -> int:
             return _not_yet("`cmd` (edge_agent.comms.client.send_command)", exc)
         raise
     m = cfg.mqtt
-    tls = None
-    if m.tls.enabled:
-        tls = TlsOptions(ca_file=_str(m.tls.ca_file), cert_file=_str(m.tls.cert_file),
-                         key_file=_str(m.tls.key_file), server_hostname_check=not m.tls.insecure)
+    tls = TlsOptions.from_config(m.tls) if m.tls.enabled else None
     target = MqttTarget(device_id=cfg.device.id, host=m.host, port=m.port, username=m.username,
                         password=m.password.reveal() if m.password else None, tls=tls,
                         topic_prefix=m.topic_prefix, protocol=m.protocol)
@@ -247,10 +274,6 @@ def _cmd_cmd(a: argparse.Namespace) -> int:
         return EXIT_NO_REPLY
     print(json.dumps(reply, indent=2 if sys.stdout.isatty() else None))
     return EXIT_OK if reply.get("ok") else EXIT_FAIL
-
-
-def _str(p: object) -> str | None:
-    return None if p is None else str(p)
 
 
 def _cmd_version(a: argparse.Namespace) -> int:
@@ -269,6 +292,12 @@ def _cmd_watch(a: argparse.Namespace) -> int:
     return watch_run(a)
 
 
+def _cmd_model(a: argparse.Namespace) -> int:
+    from edge_agent.model_cli import run as model_run
+
+    return model_run(a)
+
+
 def _cmd_journal(a: argparse.Namespace) -> int:
     from edge_agent.journal_cli import run as journal_run
 
@@ -276,7 +305,7 @@ def _cmd_journal(a: argparse.Namespace) -> int:
 
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
-             "version": _cmd_version, "watch": _cmd_watch}
+             "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -231,6 +231,14 @@ class InferenceSection:
     deadline_ms: float = opt("float", 20.0, lo=0.0, lo_open=True, hi=1000.0)
     intra_op_threads: int = opt("int", 1, lo=1, hi=64)
     model_wait_s: float = opt("float", 10.0, lo=0.0, hi=600.0)
+    # model.update reads only regular files directly inside this directory (or the cache);
+    # it must be owned by root and writable by no one else. Unset: only the cache.
+    update_dir: Path | None = opt("path", exists="dir")
+    max_model_bytes: int = opt("int", 256 << 20, lo=1 << 10, hi=4 << 30,
+                               hint="model.update refuses a larger file before reading it")
+    # Ed25519 public keys (`ed25519:<base64>`, from `edge-agent model keygen`): when set, only
+    # models whose card a listed key signed are installed or loaded.
+    trusted_keys: tuple[str, ...] = opt("strlist", ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +257,7 @@ class ReportsSection:
     dir: Path = opt("path", Path(), derived="<state_dir>/reports", exists="dir")
     webhook_url: Secret | None = opt("secret", pattern=r"https?://\S+",
                                      hint="an http:// or https:// URL")
+    webhook_url_file: Path | None = opt("path", exists="file")
     max_files: int = opt("int", 200, lo=1, hi=100_000)
 
 

@@ -149,11 +149,12 @@ def test_a_model_without_a_card_gets_a_derived_one(tmp_path: Path) -> None:
 
 def test_model_update_reloads_local_and_keeps_the_old_one_as_cached(tmp_path: Path) -> None:
     shipped = make_policy(tmp_path / "ship", "policy", seed=1)
-    stack = InferenceStack(InferenceSettings(model=shipped, cache_dir=tmp_path / "state" / "m"))
+    stack = InferenceStack(InferenceSettings(model=shipped, cache_dir=tmp_path / "state" / "m",
+                                             update_dir=tmp_path / "upd"))
     stack.load()
     assert stack.router.ready() and stack.load_s is not None
     new = make_policy(tmp_path / "upd", "policy", seed=2, version="2.0.0")
-    entry = stack.update_model(new, sha256_file(new))
+    entry = stack.update_model(str(new), sha256_file(new))
     assert stack.status()["model"]["version"] == "2.0.0"  # type: ignore[index]
     assert stack.local.model_path == entry.path
     assert stack.cached.model_path is not None
@@ -166,7 +167,7 @@ def test_model_update_reloads_local_and_keeps_the_old_one_as_cached(tmp_path: Pa
         assert stack.cached.submit(o.vector).scores == pytest.approx(bare_scores(s_old, o),
                                                                      abs=1e-6)
     with pytest.raises(ModelError):
-        stack.update_model(new, "f" * 64)
+        stack.update_model(str(new), "f" * 64)
     stack.stop()
     stack.stop()
 

@@ -26,9 +26,10 @@ def _inference(d: DaemonProc) -> dict[str, Any]:
 
 
 def test_model_update_verifies_installs_and_survives_a_restart(tmp_path: Path) -> None:
-    new = make_policy(tmp_path, "candidate", seed=7, version="candidate-7")
+    drop = tmp_path / "drop"  # inference.update_dir: model.update reads only from here
+    new = make_policy(drop, "candidate", seed=7, version="candidate-7")
     new_sha, trained_sha = _sha(new), _sha(TRAINED)
-    d = DaemonProc(tmp_path, None).start()
+    d = DaemonProc(tmp_path, None, extra=(f"inference.update_dir={drop}",)).start()
     try:
         d.wait_ready()
         wait_until(lambda: _inference(d).get("model") is not None, 60, "policy loaded")
@@ -37,9 +38,10 @@ def test_model_update_verifies_installs_and_survives_a_restart(tmp_path: Path) -
         bad = d.socket_cmd("model.update", {"uri": str(new), "sha256": "0" * 64})
         assert not bad["ok"] and bad["error"]["code"] == "refused", bad
         assert "sha256 mismatch" in bad["error"]["message"]
+        assert new_sha not in bad["error"]["message"]  # never the hash of an unaccepted file
         for uri, why in (("candidate.onnx", "absolute"), ("https://example.com/m.onnx",
                                                           "does not download"),
-                         (str(tmp_path / "missing.onnx"), "no such file")):
+                         (str(drop / "missing.onnx"), "no such file")):
             r = d.socket_cmd("model.update", {"uri": uri, "sha256": new_sha})
             assert not r["ok"] and r["error"]["code"] == "bad_args" and why in \
                 r["error"]["message"], r
@@ -64,7 +66,7 @@ def test_model_update_verifies_installs_and_survives_a_restart(tmp_path: Path) -
     finally:
         assert d.stop() == 0
 
-    again = DaemonProc(tmp_path, None).start()  # the same state dir
+    again = DaemonProc(tmp_path, None, extra=(f"inference.update_dir={drop}",)).start()
     try:
         again.wait_ready()
         wait_until(lambda: _inference(again).get("model") is not None, 60, "policy loaded")

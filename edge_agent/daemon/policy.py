@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, MutableSequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.log import get_logger
@@ -25,26 +24,6 @@ if TYPE_CHECKING:
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
-
-
-def local_model_path(uri: str) -> Path:
-    """An absolute path or a file:// URI on this machine (the daemon downloads nothing: copy
-    the model — and its .card.json — onto the controller first)."""
-    from urllib.parse import unquote, urlsplit  # model.update only: not on the start-up path
-
-    if uri.startswith("file://"):
-        p = Path(unquote(urlsplit(uri).path))
-    elif "://" in uri:
-        raise ValueError(f"uri {uri!r}: only local files (an absolute path or file://) — "
-                         "the daemon does not download; copy the model onto the controller")
-    else:
-        p = Path(uri)
-    if not p.is_absolute():
-        raise ValueError(f"uri {uri!r}: give an absolute path (the daemon's working directory "
-                         "is not yours)")
-    if not p.is_file():
-        raise ValueError(f"uri {uri!r}: no such file")
-    return p
 
 
 class DaemonPolicy:
@@ -133,12 +112,11 @@ class DaemonPolicy:
         Blocking (~0.1–1 s): the command worker runs it; admission refuses it mid-task.
         Call it when `unavailable()` is None. Raises ModelError (the reason) or ValueError
         (the uri)."""
-        path = local_model_path(uri)
         stack = self.stack
         if stack is None:
             raise RuntimeError(f"update_model() without a stack: {self.unavailable()}")
         t0 = time.monotonic()
-        card = stack.update_model(path, sha256, version).card
+        card = stack.update_model(uri, sha256, version).card
         ms = round((time.monotonic() - t0) * 1e3, 1)
         return {"installed": {"name": card.name, "version": card.version,
                               "sha256": card.sha256},

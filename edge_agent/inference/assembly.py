@@ -23,7 +23,8 @@ from typing import Any
 from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action, ExpertPolicy
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
 from edge_agent.inference.model_cache import CachedModel, ModelCache
-from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for
+from edge_agent.inference.model_card import ModelError
+from edge_agent.inference.model_source import read_model
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.providers import CPU
 from edge_agent.inference.router import PolicyRouter
@@ -51,13 +52,18 @@ class InferenceSettings:
     model_wait_s: float = 10.0
     triton_ready_period_s: float = 1.0
     grip_force_band_n: float = 1.0  # the rule backend's expert uses the executor's band
+    update_dir: Path | None = None  # where model.update may read (besides the cache)
+    max_model_bytes: int = 256 << 20
+    trusted_keys: tuple[str, ...] = ()  # non-empty: only signed models are installed/loaded
 
     @classmethod
     def from_config(cls, section: Any) -> InferenceSettings:
         """From an `InferenceSection` (edge_agent.config_schema)."""
         return cls(tuple(section.providers), section.model, section.cache_dir,
                    section.triton_url, section.triton_model, section.deadline_ms / 1e3,
-                   section.intra_op_threads, section.model_wait_s)
+                   section.intra_op_threads, section.model_wait_s,
+                   update_dir=section.update_dir, max_model_bytes=section.max_model_bytes,
+                   trusted_keys=tuple(section.trusted_keys))
 
 
 class InferenceStack:
@@ -68,7 +74,8 @@ class InferenceStack:
         self.settings = settings
         self.bus = EventBus(event_sink)
         self.cache = (ModelCache(settings.cache_dir, self.bus, fields=OBS_FIELD_UNITS,
-                                 labels=ACTION_LABELS) if settings.cache_dir else None)
+                                 labels=ACTION_LABELS, trusted_keys=settings.trusted_keys)
+                      if settings.cache_dir else None)
         backends: list[Backend] = []
         self.remote: TritonBackend | None = None
         if settings.triton_url:
@@ -90,15 +97,20 @@ class InferenceStack:
         self.load_s: float | None = None  # load() start → the first backend ready
         self._thread: threading.Thread | None = None
 
+    def _unverified_fallback(self) -> Path | None:
+        """The configured file run directly (no cache, or seeding failed) — never when
+        signatures are required: only a verified, installed model is loaded then."""
+        return None if self.settings.trusted_keys else self.settings.model
+
     def _active_model(self) -> Path | None:
         entry = self.cache.current() if self.cache else None
-        return entry.path if entry else self.settings.model
+        return entry.path if entry else self._unverified_fallback()
 
     def _last_known_good(self) -> Path | None:
         if self.cache is None:
-            return self.settings.model
+            return self._unverified_fallback()
         entry = self.cache.previous() or self.cache.current()
-        return entry.path if entry else self.settings.model
+        return entry.path if entry else self._unverified_fallback()
 
     # -- loading --------------------------------------------------------------------------
     def load(self) -> None:
@@ -138,16 +150,18 @@ class InferenceStack:
                                    if timeout is None else timeout)
 
     # -- model.update ---------------------------------------------------------------------
-    def update_model(self, path: Path, sha256: str, version: str | None = None) -> CachedModel:
-        """Verify + install a model (card beside it if present), then reload the sessions.
+    def update_model(self, uri: str, sha256: str, version: str | None = None) -> CachedModel:
+        """Read (model_source: allowed directory, regular file, size cap), verify (sha256,
+        signature, meaning, smoke run) and install a model, then reload the sessions.
 
         Blocking (hashing, a verification session, two loads): run it off the control thread.
+        Raises SourceRefused (a ValueError: the uri) or ModelError (the model).
         """
         if self.cache is None:
             raise ModelError("no model cache directory configured")
-        card_path = card_path_for(path)
-        card = ModelCard.load(card_path) if card_path.exists() else None
-        entry = self.cache.install(path, card, sha256=sha256, version=version)
+        allowed = [d for d in (self.settings.update_dir, self.cache.dir) if d is not None]
+        src = read_model(uri, allowed, self.settings.max_model_bytes)
+        entry = self.cache.install(src.data, src.card, sha256=sha256, version=version)
         self.local.load()
         self.cached.load()
         return entry

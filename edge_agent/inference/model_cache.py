@@ -36,6 +36,7 @@ from edge_agent.inference.model_card import (
     sha256_file,
     signature_problems,
 )
+from edge_agent.inference.model_signing import verify_card
 from edge_agent.log import get_logger
 
 log = get_logger(__name__)
@@ -57,8 +58,10 @@ class ModelCache:
 
     def __init__(self, directory: Path, bus: EventBus | None = None, *,
                  fields: Sequence[tuple[str, str]] | None = None,
-                 labels: Sequence[str] | None = None) -> None:
+                 labels: Sequence[str] | None = None,
+                 trusted_keys: Sequence[str] = ()) -> None:
         self.dir = directory
+        self.trusted_keys = tuple(trusted_keys)  # non-empty: only signed models (model_signing)
         self._bus = bus
         self._fields = tuple(fields) if fields is not None else None
         self._labels = tuple(labels) if labels is not None else None
@@ -91,6 +94,12 @@ class ModelCache:
             self._emit(EventKind.CACHE_CORRUPT,
                        f"{path.name}: sha256 is {actual}, card says {card.sha256}")
             return None
+        if self.trusted_keys:
+            try:
+                verify_card(card, self.trusted_keys)
+            except ModelError as e:  # a key was removed from the config, or a card edited
+                self._emit(EventKind.CACHE_CORRUPT, f"{path.name}: {e}")
+                return None
         return CachedModel(path, card)
 
     def current(self) -> CachedModel | None:
@@ -117,12 +126,24 @@ class ModelCache:
         else:
             data = bytes(model)
         actual = sha256_bytes(data)
-        expected = {s.lower() for s in (sha256, card.sha256 if card else None) if s}
-        if not expected:
+        if not sha256 and card is None:
             raise self._reject("no sha256 to verify the model against")
-        if expected != {actual}:
-            raise self._reject(f"sha256 mismatch: the bytes hash to {actual}, "
-                               f"expected {', '.join(sorted(expected))}")
+        # Never the hash of the bytes (nor the card's claim): a reply must not become an
+        # oracle for a file's contents — the file was not accepted as a model.
+        if sha256 and sha256.lower() != actual:
+            raise self._reject(f"sha256 mismatch: the file's bytes do not hash to {sha256}")
+        if card is not None and card.sha256 != actual:
+            raise self._reject("sha256 mismatch: the card's sha256 is not the file's")
+        if self.trusted_keys:  # before onnxruntime parses a single byte of it
+            try:
+                signer = verify_card(card, self.trusted_keys)
+            except ModelError as e:
+                raise self._reject(str(e)) from None
+            if version and card is not None and version != card.version:
+                raise self._reject(f"version {version!r}: the signed card says "
+                                   f"{card.version!r} (a signed card is installed as signed)")
+            version = None
+            log.info("model_signature_ok", key_id=signer)
         session = self._load_session(data)
         if card is None:
             card = derive_card(session, actual, version or "unversioned", "policy")

@@ -1,0 +1,134 @@
+"""`edge-agent model keygen | sign | verify`: the release side of signed policy models.
+
+    edge-agent model keygen --out release.key        private key (0600); prints the public key
+    edge-agent model sign MODEL.onnx --key release.key [--version V]
+    edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
+
+`sign` writes (or rewrites) MODEL.card.json beside the model with the model's sha256 and an
+Ed25519 signature (edge_agent/inference/model_signing.py); a model without a card gets one
+derived from what onnxruntime says it has. `verify` checks what the robot will check: the
+sha256 and the signature against the config's `inference.trusted_keys` (or the given keys).
+Exit codes: 0 ok, 1 refused (bad signature, bad model), 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("model", help="sign and verify policy models (release side)",
+                       description="Key generation, signing and verification of policy models: "
+                                   "a robot with inference.trusted_keys installs only models "
+                                   "whose card one of those keys signed.")
+    msub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+    kg = msub.add_parser("keygen", help="make an Ed25519 signing key; print its public key")
+    kg.add_argument("--out", required=True, metavar="PATH",
+                    help="where to write the private key (PEM, mode 0600; must not exist)")
+    sg = msub.add_parser("sign", help="write MODEL.card.json with the sha256 and a signature")
+    sg.add_argument("model", metavar="MODEL", help="the .onnx file")
+    sg.add_argument("--key", required=True, metavar="PATH", help="the private key (PEM)")
+    sg.add_argument("--version", help="set the card's version before signing")
+    sg.add_argument("--name", help="the card's name when a card is derived (default: policy)")
+    vf = msub.add_parser("verify", help="check a model's sha256 and signature")
+    vf.add_argument("model", metavar="MODEL", help="the .onnx file (its card beside it)")
+    vf.add_argument("--config", metavar="PATH", help="use this config's inference.trusted_keys")
+    vf.add_argument("--public-key", action="append", default=[], metavar="ed25519:...",
+                    help="a trusted public key (repeatable)")
+
+
+def run(a: argparse.Namespace) -> int:
+    from edge_agent.inference.model_card import ModelError
+
+    try:
+        return {"keygen": _keygen, "sign": _sign, "verify": _verify}[a.model_command](a)
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return 1
+
+
+def _keygen(a: argparse.Namespace) -> int:
+    from edge_agent.inference.model_signing import generate_key
+
+    pem, public = generate_key()
+    fd = os.open(a.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    print(public)
+    print(f"# private key written to {a.out} (keep it off the robots); put the line above "
+          "into inference.trusted_keys", file=sys.stderr)
+    return 0
+
+
+def _sign(a: argparse.Namespace) -> int:
+    from edge_agent.inference.model_card import ModelCard, card_path_for, sha256_file
+    from edge_agent.inference.model_signing import sign_card
+
+    model = Path(a.model)
+    sha = sha256_file(model)
+    card_path = card_path_for(model)
+    if card_path.exists():
+        card = ModelCard.load(card_path).with_identity(sha, a.version)
+    else:
+        card = _derive(model, sha, a.version or "unversioned", a.name or "policy")
+    signed = sign_card(card, Path(a.key).read_bytes())
+    tmp = card_path.with_name(f".{card_path.name}.tmp")
+    tmp.write_text(signed.dumps(), encoding="utf-8")
+    os.replace(tmp, card_path)
+    sig = signed.extra["signature"]
+    print(f"signed {model.name}: sha256 {sha}, version {signed.version}, key id "
+          f"{sig['key_id']} -> {card_path}")
+    return 0
+
+
+def _derive(model: Path, sha: str, version: str, name: str) -> Any:
+    import onnxruntime as ort
+
+    from edge_agent.inference.model_cache import derive_card
+
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return derive_card(session, sha, version, name)
+
+
+def _verify(a: argparse.Namespace) -> int:
+    from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for, sha256_file
+    from edge_agent.inference.model_signing import parse_public_key, verify_card
+
+    keys = list(a.public_key)
+    if a.config:
+        from edge_agent.config import load_config
+        from edge_agent.errors import ConfigError
+
+        try:
+            keys += list(load_config(a.config, sim=True).inference.trusted_keys)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    for k in keys:
+        try:
+            parse_public_key(k)
+        except ValueError as exc:
+            print(f"error: public key {k[:20]!r}...: {exc}", file=sys.stderr)
+            return 2
+    if not keys:
+        print("error: no trusted key: give --config (with inference.trusted_keys) or "
+              "--public-key", file=sys.stderr)
+        return 2
+    model = Path(a.model)
+    card_path = card_path_for(model)
+    card = ModelCard.load(card_path) if card_path.exists() else None
+    sha = sha256_file(model)
+    if card is not None and card.sha256 != sha:
+        raise ModelError(f"{model.name}: the card's sha256 is not the model's (the model "
+                         "changed after signing)")
+    signer = verify_card(card, keys)
+    print(f"OK: {model.name} sha256 {sha}, version {card.version if card else '?'}, signed by "
+          f"key id {signer}")
+    return 0
