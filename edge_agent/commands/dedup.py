@@ -79,7 +79,8 @@ class JsonFileDedupStore:
 
     def load(self) -> list[DedupEntry]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            with open(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
+                data = json.loads(f.read())
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as exc:
@@ -102,7 +103,7 @@ class JsonFileDedupStore:
                           separators=(",", ":")).encode("utf-8")
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
                 os.write(fd, body)
                 os.fsync(fd)

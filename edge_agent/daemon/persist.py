@@ -47,14 +47,18 @@ def restore(state_dir: Path, store: SnapshotStore) -> Restored:
     out.used_previous = bool(report.used_previous)
     out.corrupt_files = [f"{c.path}: {c.reason}" for c in report.corrupt_files]
     marker = state_dir / MARKER
-    out.unclean = marker.exists()
+    out.unclean = os.path.lexists(marker)  # a planted symlink counts as unclean
+    if os.path.islink(marker):  # never write through it (unlink removes the link, not its target)
+        _log.warning("running_marker_was_a_symlink", path=str(marker))
+        marker.unlink()
     _write_marker(marker)
     return out
 
 
 def _write_marker(path: Path) -> None:
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # O_NOFOLLOW: a symlink planted as `running` must not redirect the write elsewhere
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.write(fd, f"{os.getpid()}\n".encode())
             os.fsync(fd)

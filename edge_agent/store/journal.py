@@ -203,7 +203,7 @@ class Journal:
         if segs:
             last = segs[-1]
             self._index = self._index_of(last)
-            with open(last, "r+b") as f:
+            with open(os.open(last, os.O_RDWR | os.O_NOFOLLOW), "r+b") as f:
                 head = f.read(len(MAGIC))
                 if head == MAGIC:
                     end = len(MAGIC)
@@ -233,7 +233,7 @@ class Journal:
             if skipped:
                 self._create_segment(self._index + 1)
             else:
-                self._fd = os.open(last, os.O_WRONLY | os.O_APPEND)
+                self._fd = os.open(last, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
                 self._size = os.fstat(self._fd).st_size
         else:
             self._create_segment(1)
@@ -243,7 +243,8 @@ class Journal:
 
     def _create_segment(self, index: int) -> None:
         path = self.directory / _segment_name(self.name, index)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW,
+                     0o600)
         try:
             self._write_all(fd, MAGIC)
             os.fsync(fd)

@@ -141,7 +141,7 @@ class SnapshotStore:
 
     def _read(self, path: Path) -> tuple[dict[str, Any], int]:
         try:
-            with open(path, "rb") as f:
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size > self.max_bytes:
                     raise _Corrupt(f"{size} bytes > max_bytes {self.max_bytes}")
@@ -224,7 +224,7 @@ class SnapshotStore:
         return gen
 
     def _write_tmp(self, blob: bytes) -> None:
-        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             view = memoryview(blob)
             while view:
