@@ -8,8 +8,10 @@ sections are errors with a did-you-mean. Relative paths are resolved against the
 directory (paths given with --set: against the working directory); `${CREDENTIALS_DIRECTORY}`,
 `${STATE_DIRECTORY}`, `${RUNTIME_DIRECTORY}` and `${CONFIGURATION_DIRECTORY}` (set by systemd) and
 `~` are expanded in paths. Secrets (mqtt.password, reports.webhook_url) are `Secret`s: repr '***',
-and the config hash sees only their sha256. The schema is edge_agent/config_schema.py; checks
-that span keys are in edge_agent/config_checks.py. Cheap to import: stdlib only, no logging.
+and the config hash leaves them out (it is published: a hash over a password would let anyone
+test guesses offline); the *_file keys that name them are hashed as paths. The schema is
+edge_agent/config_schema.py; checks that span keys are in edge_agent/config_checks.py. Cheap
+to import: stdlib only, no logging.
 
 With `sim=True`, link.port may be absent (None): the daemon fills it with the rig's pty using
 `dataclasses.replace`, which keeps `hash` as loaded.
@@ -136,7 +138,7 @@ def load_config(path: str | os.PathLike[str], overrides: Iterable[str] = (), *,
     cfg = Config(source=p, schema_version=SCHEMA_VERSION, state_dir=state_dir,
                  robot_file=robot_file, robot=robot, hash="", warnings=tuple(ctx.warnings),
                  **built)
-    doc = _canonical_doc(cfg, reveal_digest=True)
+    doc = _canonical_doc(cfg, reveal_digest=False)  # secrets as '***': not in the hash
     doc["robot"]["sha256"] = robot_digest
     blob = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
     return replace(cfg, hash=hashlib.sha256(blob).hexdigest()[:12])

@@ -8,6 +8,7 @@ findings are appended to `LoadContext.warnings` (the daemon logs them, check-con
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,10 @@ def fill_derived(v: dict[str, Values], state_dir: Path, ctx: LoadContext) -> Non
 
 def check(v: dict[str, Values], ctx: LoadContext) -> None:
     """Consistency between keys of the same file (the robot is checked in check_robot)."""
+    _check_inline_secrets(v, ctx)
     _check_mqtt(v["mqtt"], ctx)
+    _check_webhook_file(v["reports"], ctx)
+    _check_trusted_keys(v["inference"]["trusted_keys"], ctx)
     _check_topic("mqtt.topic_prefix", v["mqtt"]["topic_prefix"], ctx, wildcards=False)
     _check_topic("mqtt.fleet_topic", v["mqtt"]["fleet_topic"], ctx, wildcards=True)
     _ordered("mqtt.reconnect_min_s", v["mqtt"], "reconnect_min_s", "reconnect_max_s", ctx)
@@ -145,14 +149,60 @@ def _check_mqtt(m: Values, ctx: LoadContext) -> None:
     if tls["insecure"] and not tls["enabled"]:
         raise ctx.fail("mqtt.tls.insecure", True, "has no effect without TLS")
     if tls["insecure"]:
-        ctx.warnings.append("mqtt.tls.insecure = true: the broker's certificate is not verified")
+        ctx.warnings.append("mqtt.tls.insecure = true: the broker certificate's host name is not "
+                            "checked against mqtt.host (the certificate chain still is): any "
+                            "certificate the CA signed is accepted for this broker")
     if tls["enabled"] and m["port"] == 1883:
         ctx.warnings.append("TLS on mqtt.port 1883 (the plain-text port); 8883 is usual")
     if m["password"] is not None and not tls["enabled"] and not _is_loopback(m["host"]):
         ctx.warnings.append(f"mqtt.password is sent in clear text to {m['host']}: enable mqtt.tls")
 
 
-def _read_password(key: str, path: Path, ctx: LoadContext) -> Secret:
+def _check_inline_secrets(v: dict[str, Values], ctx: LoadContext) -> None:
+    """A secret written into a config file that other users can read is refused."""
+    inline = [k for k, val, f in (
+        ("mqtt.password", v["mqtt"]["password"], v["mqtt"]["password_file"]),
+        ("reports.webhook_url", v["reports"]["webhook_url"], v["reports"]["webhook_url_file"]))
+        if val is not None and f is None and k not in ctx.overridden]  # both: said later
+    if not inline:
+        return
+    try:
+        mode = stat.S_IMODE(os.stat(ctx.source).st_mode)
+    except OSError:
+        return
+    if mode & (stat.S_IROTH | stat.S_IWOTH):
+        key = inline[0]
+        raise ctx.fail(key, Secret(""), f"a secret in a file other users can read (mode "
+                                        f"{mode:04o}): move it to {key}_file (mode 0640, "
+                                        f"not readable by others) or run: chmod o-rwx "
+                                        f"{ctx.source}")
+
+
+def _check_webhook_file(r: Values, ctx: LoadContext) -> None:
+    path = r["webhook_url_file"]
+    if path is None:
+        return
+    if r["webhook_url"] is not None:
+        raise ctx.fail("reports.webhook_url_file", str(path),
+                       "set either reports.webhook_url or reports.webhook_url_file, not both")
+    url = _read_password("reports.webhook_url_file", path, ctx, what="webhook URL")
+    if not re.fullmatch(r"https?://\S+", url.reveal()):
+        raise ctx.fail("reports.webhook_url_file", str(path),
+                       "the file must hold one http:// or https:// URL")
+    r["webhook_url"] = url
+
+
+def _check_trusted_keys(keys: tuple[str, ...], ctx: LoadContext) -> None:
+    from edge_agent.inference.model_signing import parse_public_key
+
+    for i, text in enumerate(keys):
+        try:
+            parse_public_key(text)
+        except ValueError as exc:
+            raise ctx.fail(f"inference.trusted_keys[{i}]", text, str(exc)) from None
+
+
+def _read_password(key: str, path: Path, ctx: LoadContext, what: str = "password") -> Secret:
     _private(key, path, ctx)
     try:
         text = path.read_text(encoding="utf-8")
@@ -162,7 +212,7 @@ def _read_password(key: str, path: Path, ctx: LoadContext) -> Secret:
     if not text:
         raise ctx.fail(key, str(path), "the file is empty")
     if "\n" in text:
-        raise ctx.fail(key, str(path), "the password must be on one line")
+        raise ctx.fail(key, str(path), f"the {what} must be on one line")
     return Secret(text)
 
 

@@ -21,7 +21,6 @@ from edge_agent.errors import ConfigError
 
 ENV_VARS = ("CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "RUNTIME_DIRECTORY",
             "CONFIGURATION_DIRECTORY")
-_SECRETISH = re.compile(r"pass|secret|token|cred|auth", re.IGNORECASE)
 
 
 def config_keys() -> list[str]:
@@ -172,11 +171,8 @@ def unknown(key: str, value: Any, known: list[str], ctx: LoadContext) -> ConfigE
         what += f"; did you mean {' or '.join(close)}?"
     if prefix and leaf in TOP_LEVEL:
         what += " (top-level keys must come before the first [section])"
-    shown: object = value
-    if is_table:
-        shown = Elided()
-    elif _SECRETISH.search(leaf):
-        shown = Secret("")
+    # Never the value of an unknown key: a misspelt `pasword` holds a password.
+    shown: object = Elided() if is_table else Secret("")
     return ctx.fail(key, shown, what)
 
 

@@ -31,12 +31,14 @@ def render(sections: dict[str, dict[str, str]]) -> str:
 
 
 def write(tmp_path: Path, changes: dict[str, dict[str, Any]] | None = None,
-          text: str | None = None) -> Path:
+          text: str | None = None, mode: int = 0o600) -> Path:
+    """The config file (0600 unless `mode` says otherwise: inline secrets need a private file)."""
     merged = {k: dict(v) for k, v in BASE.items()}
     for sec, body in (changes or {}).items():
         merged.setdefault(sec, {}).update(body)
     p = tmp_path / "edge-agent.toml"
     p.write_text(text if text is not None else render(merged), encoding="utf-8")
+    p.chmod(mode)
     return p
 
 

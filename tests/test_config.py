@@ -272,7 +272,7 @@ def test_robot_description_errors_carry_the_robot_file_and_key(tmp_path: Path) -
 
 @pytest.mark.parametrize(("changes", "fragment"), [
     ({"mqtt": {"host": '"broker.example"', "password": '"pw-123456"'}}, "clear text"),
-    ({"mqtt.tls": {"ca_file": '"ca.pem"', "insecure": "true"}}, "not verified"),
+    ({"mqtt.tls": {"ca_file": '"ca.pem"', "insecure": "true"}}, "host name is not checked"),
     ({"mqtt.tls": {"ca_file": '"ca.pem"'}}, "8883 is usual"),
     ({"control": {"decision_hz": "30"}}, "decisions fall unevenly"),
     ({"inference": {"providers": '["CUDAExecutionProvider"]'}}, "no CPU fallback"),
