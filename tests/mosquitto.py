@@ -139,6 +139,24 @@ class Mosquitto:
             return ""
 
 
+def shipped_config(broker: Mosquitto, tls_port: int, pki: Path) -> str:
+    """docs/mosquitto/mosquitto.conf as shipped, pointed at `broker`'s files and ports (plain
+    listener on broker.port, TLS on tls_port with pki/{ca,server}.crt) and logging to stderr."""
+    text = (DOCS / "mosquitto.conf").read_text()
+    for old, new in [
+        ("/etc/mosquitto/passwd", str(broker.dir / "passwd")),
+        ("/etc/mosquitto/acl", str(broker.dir / "acl")),
+        ("/etc/mosquitto/certs", str(pki)),
+        ("/var/lib/mosquitto/", f"{broker.dir}/"),
+        ("listener 1883 127.0.0.1", f"listener {broker.port} 127.0.0.1"),
+        ("listener 8883", f"listener {tls_port} 127.0.0.1"),
+        ("log_dest syslog", "log_dest stderr"),
+    ]:
+        assert old in text, f"docs/mosquitto/mosquitto.conf no longer has {old!r}"
+        text = text.replace(old, new)
+    return text
+
+
 class Probe:
     """A synchronous test-side MQTT client; received messages land on `.messages`."""
 

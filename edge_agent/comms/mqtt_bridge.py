@@ -26,6 +26,8 @@ clears the flag on live delivery, so only the stored copy (sent on subscribing) 
 from __future__ import annotations
 
 import random
+import ssl
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -116,7 +118,9 @@ class MqttBridge:
         self._started = self._stopped = False
         self.counters: dict[str, int] = dict.fromkeys((
             "received", "estops", "ignored", "retained", "replies", "publish_dropped",
-            "publish_refused", "telemetry_suppressed", "connections", "disconnects"), 0)
+            "publish_refused", "telemetry_suppressed", "connections", "disconnects",
+            "response_topic_refused"), 0)
+        self.last_error: str | None = None  # why the last connection attempt failed
         self._inbox = CommandInbox(self._process, maxsize=inbox_size)
         self._client = make_client(device_id, protocol=protocol,
                                    username=username or device_id,
@@ -278,8 +282,10 @@ class MqttBridge:
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
         if reason_failed(reason_code):
+            self.last_error = f"the broker refused the connection: {reason_code}"
             _log.error("mqtt_connect_refused", reason=str(reason_code), host=self._host)
             return
+        self.last_error = None
         set_nodelay(client.socket())
         self._live_seq = self._attempt_seq
         self._connections += 1
@@ -305,7 +311,12 @@ class MqttBridge:
         self._notify_connection(True)
 
     def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
-        _log.warning("mqtt_connect_failed", host=self._host, port=self._port)
+        # paho calls this inside its `except OSError:`: the exception says why (a TLS
+        # verification failure carries OpenSSL's reason, e.g. "certificate has expired").
+        exc = sys.exc_info()[1]
+        self.last_error = _failure_reason(exc)
+        _log.warning("mqtt_connect_failed", host=self._host, port=self._port,
+                     error=self.last_error)
 
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                        properties: Any) -> None:
@@ -398,11 +409,29 @@ class MqttBridge:
             return
         topic = self.topics.reply(item.name)
         props = None
-        if item.response_topic and not any(c in item.response_topic for c in "+#\x00"):
-            topic = item.response_topic
+        if item.response_topic:
+            if self.topics.reply_allowed(item.response_topic):
+                topic = item.response_topic
+            else:  # e.g. the fleet e-stop topic: this device publishes only its own replies
+                with self._lock:
+                    self.counters["response_topic_refused"] += 1
+                _log.warning("mqtt_response_topic_refused", topic=item.response_topic[:200],
+                             allowed=f"{self.topics.prefix}/reply/...")
         if self._v5 and item.correlation is not None:
             props = mqtt_properties(PacketTypes.PUBLISH)
             props.CorrelationData = item.correlation
         if self._publish(topic, reply.to_dict(), qos=1, properties=props):
             with self._lock:
                 self.counters["replies"] += 1
+
+
+def _failure_reason(exc: BaseException | None) -> str:
+    """One line: why a connection attempt failed (OpenSSL's verify message when TLS)."""
+    if exc is None:
+        return "connection failed"
+    verify = getattr(exc, "verify_message", None)
+    if verify:
+        return f"TLS: the broker's certificate was rejected: {verify}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    return f"{type(exc).__name__}: {exc}"

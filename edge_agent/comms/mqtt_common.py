@@ -35,14 +35,63 @@ class TlsOptions:
     key_file: str | None = None
     server_hostname_check: bool = True
 
+    @classmethod
+    def from_config(cls, tls: Any) -> TlsOptions:
+        """From an `MqttTlsSection` (edge_agent.config_schema): the daemon's and the CLI's."""
+        return cls(ca_file=str(tls.ca_file) if tls.ca_file else None,
+                   cert_file=str(tls.cert_file) if tls.cert_file else None,
+                   key_file=str(tls.key_file) if tls.key_file else None,
+                   server_hostname_check=not tls.insecure)
+
     def context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        """The client's SSL context; ConfigError naming the mqtt.tls key whose file fails.
+
+        `edge-agent check-config` calls this too, so a file the daemon cannot use (a CA that
+        is not a certificate, a key that does not match its certificate, a passphrase-protected
+        key) is found before the service starts."""
+        try:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ca_file)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError("mqtt.tls.ca_file", self.ca_file,
+                              f"cannot be loaded as CA certificates: {_ssl_reason(exc)}") from None
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         if not self.server_hostname_check:
             ctx.check_hostname = False
         if self.cert_file:
-            ctx.load_cert_chain(self.cert_file, self.key_file)
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file, password=_no_passphrase)
+            except _EncryptedKey:
+                raise ConfigError("mqtt.tls.key_file", self.key_file or self.cert_file,
+                                  "is protected by a passphrase; a service cannot type it: "
+                                  "store it unencrypted (mode 0640, root:edge-agent): "
+                                  "openssl pkey -in KEY -out KEY.plain") from None
+            except (ssl.SSLError, OSError) as exc:
+                reason = _ssl_reason(exc)
+                key = ("mqtt.tls.key_file" if "KEY_VALUES_MISMATCH" in str(exc)
+                       or "key values mismatch" in reason else "mqtt.tls.cert_file")
+                why = ("does not belong to mqtt.tls.cert_file (the key and the certificate "
+                       "differ)" if key == "mqtt.tls.key_file"
+                       else f"certificate + key cannot be loaded: {reason}")
+                raise ConfigError(key, self.key_file if key.endswith("key_file")
+                                  else self.cert_file, why) from None
         return ctx
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_passphrase() -> bytes:
+    # Without this OpenSSL would prompt on the terminal (check-config) or fail obscurely.
+    raise _EncryptedKey
+
+
+def _ssl_reason(exc: BaseException) -> str:
+    """A short reason from an ssl/OS error (the library's reason code when it has one)."""
+    reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None)
+    if reason:
+        return str(reason).replace("_", " ").lower() if str(reason).isupper() else str(reason)
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 @dataclass(frozen=True)
@@ -61,6 +110,13 @@ class Topics:
 
     def reply(self, name: str) -> str:
         return f"{self.prefix}/reply/{name}"
+
+    def reply_allowed(self, topic: str) -> bool:
+        """An MQTT 5 response topic is honoured only under `<prefix>/reply/` (no wildcards):
+        a command must not make the device publish elsewhere (e.g. a fleet e-stop)."""
+        head = f"{self.prefix}/reply/"
+        return (topic.startswith(head) and len(topic) > len(head)
+                and not any(c in topic for c in "+#\x00"))
 
     @property
     def status(self) -> str:

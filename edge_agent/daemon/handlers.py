@@ -157,7 +157,9 @@ def register_handlers(d: Daemon) -> None:
         except ValueError as exc:
             raise CommandRefused(ErrorCode.BAD_ARGS, str(exc)) from exc
         except ModelError as exc:  # the cache is unchanged: the model in use stays
-            raise CommandRefused(ErrorCode.REFUSED, f"model rejected: {exc}") from exc
+            why = str(exc)
+            raise CommandRefused(ErrorCode.REFUSED, why if why.startswith("model rejected")
+                                 else f"model rejected: {why}") from exc
         d.publisher.state_changed()
         return out
 
@@ -201,4 +203,6 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         # connected with the command subscription granted: a command published now is received
         "background": d.background, "mqtt_connected": bool(
             d.publisher.bridge is not None and d.publisher.bridge.ready),
+        # not connected is visible here with its reason (a TLS file, a refused login, ...)
+        "mqtt": d.publisher.mqtt_status(),
     }

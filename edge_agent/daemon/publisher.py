@@ -41,6 +41,9 @@ class Publisher:
         self._lock = threading.Lock()
         self._early: deque[dict[str, Any]] = deque(maxlen=1000)  # before the bridge exists
         self._starter: threading.Thread | None = None
+        self._stop_wait = threading.Event()
+        self.mqtt_error: str | None = None  # why the bridge could not be built (None: built)
+        self.mqtt_attempts = 0
 
     def start(self) -> None:
         """The control socket now; MQTT on a thread of its own (importing paho is ~30 ms of the
@@ -53,16 +56,26 @@ class Publisher:
         self._starter.start()
 
     def _start_mqtt(self) -> None:
+        """Build the bridge, retrying with backoff for as long as the daemon runs: a TLS file
+        that cannot be loaded now (a bad key pair, a CA being rotated) must not leave the robot
+        without remote and fleet e-stop for the rest of the run. Once built, paho reconnects."""
+        m = self.d.cfg.mqtt
+        delay = m.reconnect_min_s
+        while not self._stopping:
+            self.mqtt_attempts += 1
+            if self._build_bridge():
+                return
+            if self._stop_wait.wait(delay):
+                return
+            delay = min(m.reconnect_max_s, delay * 2)
+
+    def _build_bridge(self) -> bool:
         from edge_agent.comms.mqtt_bridge import MqttBridge
         from edge_agent.comms.mqtt_common import TlsOptions
+        from edge_agent.errors import ConfigError
 
         d, m = self.d, self.d.cfg.mqtt
-        tls = None
-        if m.tls.enabled:
-            tls = TlsOptions(ca_file=str(m.tls.ca_file) if m.tls.ca_file else None,
-                             cert_file=str(m.tls.cert_file) if m.tls.cert_file else None,
-                             key_file=str(m.tls.key_file) if m.tls.key_file else None,
-                             server_hostname_check=not m.tls.insecure)
+        tls = TlsOptions.from_config(m.tls) if m.tls.enabled else None
         try:
             bridge = MqttBridge(
                 d.api, device_id=d.cfg.device.id, host=m.host, port=m.port,
@@ -74,16 +87,39 @@ class Publisher:
                 boot_id=d.boot_id, config_hash=d.cfg.hash,
                 telemetry_min_interval_s=1.0 / m.telemetry_hz if m.telemetry_hz > 0 else 3600.0,
                 on_estop=self.on_estop, on_connection=self._on_connection)
-        except Exception:
-            _log.exception("mqtt_bridge_failed")
-            return
+        except ConfigError as exc:  # a TLS file: name the key and why, no traceback
+            self._bridge_failed(f"{exc.key}: {exc.why}")
+            return False
+        except Exception as exc:
+            _log.exception("mqtt_bridge_failed_unexpectedly")
+            self._bridge_failed(f"{type(exc).__name__}: {exc}")
+            return False
         with self._lock:
             if self._stopping:
-                return
+                return True
             while self._early:
                 bridge.publish_event(self._early.popleft())
             self.bridge = bridge
+            self.mqtt_error = None
             bridge.start()
+        return True
+
+    def _bridge_failed(self, why: str) -> None:
+        first = self.mqtt_error != why
+        self.mqtt_error = why
+        self._dirty = True
+        if first or self.mqtt_attempts % 20 == 0:
+            _log.error("mqtt_bridge_failed", error=why, attempts=self.mqtt_attempts,
+                       note="MQTT (remote and fleet e-stop) is down; retrying with backoff")
+
+    def mqtt_status(self) -> dict[str, Any]:
+        """For `status`: connected or not, and why not (the bridge's last failure)."""
+        bridge = self.bridge
+        if bridge is None:
+            return {"connected": False, "bridge": False, "error": self.mqtt_error,
+                    "attempts": self.mqtt_attempts}
+        return {"connected": bridge.connected, "bridge": True, "error": bridge.last_error,
+                "connections": bridge.counters["connections"]}
 
     def on_estop(self, source: str) -> None:
         """Called in paho's (or the socket's) thread before the command is parsed."""
@@ -149,6 +185,7 @@ class Publisher:
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
+        self._stop_wait.set()
         if self.socket is not None:
             self.socket.stop()
         if self.bridge is not None:
