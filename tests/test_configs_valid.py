@@ -90,6 +90,8 @@ def test_production_example_is_production_grade(tmp_path: Path) -> None:
     assert c.log.format == "json"
     assert c.state_dir == Path("/var/lib/edge-agent")
     assert "CPUExecutionProvider" in c.inference.providers
+    # signed models only, and model.update only from a root-owned drop directory
+    assert c.inference.trusted_keys and c.inference.update_dir is not None
 
 
 def test_sim_config_documents_every_key() -> None:
