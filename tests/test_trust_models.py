@@ -189,3 +189,23 @@ def test_model_update_refuses_what_it_must_not_read_or_install(tmp_path: Path) -
         assert _status_inference(d)["model"]["sha256"] == _sha(good)
     finally:
         d.stop()
+
+
+def test_an_unsigned_configured_model_is_never_run_when_keys_are_set(tmp_path: Path) -> None:
+    """Seeding the cache refuses it, and the daemon does not fall back to running the file
+    directly: the rule-based expert decides until a signed model is installed."""
+    _key, public = _keygen(tmp_path)
+    d = DaemonProc(tmp_path, None, extra=(
+        f"inference.model={TRAINED}", f'inference.trusted_keys=["{public}"]')).start()
+    try:
+        d.wait_ready()
+        wait_until(lambda: bool(d.events("model_rejected")), 60, "the seed refused")
+        assert "unsigned" in d.events("model_rejected")[0]["detail"]
+        wait_until(lambda: d.socket_cmd("status")["result"]["background"].get("inference")
+                   is not None, 60, "the policy stack settled")
+        inf = _status_inference(d)
+        assert inf.get("model") is None, inf
+        started = d.socket_cmd("task.start", {"task": "pick_place"}, timeout=40)
+        assert started["ok"] and started["result"]["policy"] == "rule", started
+    finally:
+        d.stop()
