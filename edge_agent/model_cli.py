@@ -54,6 +54,26 @@ def run(a: argparse.Namespace) -> int:
         return 1
 
 
+def configured_model_problem(inference: Any) -> str | None:
+    """For check-config: why the configured model would be refused at start-up by its
+    signature (None: fine, or no keys / no model configured)."""
+    from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for, sha256_file
+    from edge_agent.inference.model_signing import verify_card
+
+    model = inference.model
+    if not inference.trusted_keys or model is None:
+        return None
+    try:
+        card_path = card_path_for(model)
+        card = ModelCard.load(card_path) if card_path.exists() else None
+        if card is not None and card.sha256 != sha256_file(model):
+            return "its card's sha256 is not the model's (the model changed after signing)"
+        verify_card(card, inference.trusted_keys)
+    except (ModelError, OSError) as exc:
+        return str(exc)
+    return None
+
+
 def _keygen(a: argparse.Namespace) -> int:
     from edge_agent.inference.model_signing import generate_key
 

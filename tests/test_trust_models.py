@@ -209,3 +209,18 @@ def test_an_unsigned_configured_model_is_never_run_when_keys_are_set(tmp_path: P
         assert started["ok"] and started["result"]["policy"] == "rule", started
     finally:
         d.stop()
+
+
+def test_check_config_refuses_a_configured_model_the_keys_do_not_sign(tmp_path: Path) -> None:
+    key, public = _keygen(tmp_path)
+    model = tmp_path / "ship" / "policy.onnx"
+    model.parent.mkdir()
+    shutil.copyfile(TRAINED, model)
+    shutil.copyfile(card_path_for(TRAINED), card_path_for(model))
+    args = ["check-config", str(REPO / "configs" / "sim.toml"), "--sim", "--set",
+            f"inference.model={model}", "--set", f'inference.trusted_keys=["{public}"]']
+    r = _cli(*args)
+    assert r.returncode == 1 and "inference.model" in r.stderr and "unsigned" in r.stderr, r
+    _sign(model, key)
+    r = _cli(*args)
+    assert r.returncode == 0, r.stderr
