@@ -342,3 +342,37 @@ def test_snapshots_are_consistent_while_the_reader_thread_writes() -> None:
         seen += 1
     thread.join(timeout=30)
     assert hub.snapshot(n * 0.001).last_cmd_seq == n
+
+
+def test_a_predicted_channel_past_its_std_bound_is_lost_in_firmware_time_only() -> None:
+    """predict_max_std: the wrist force (a random walk) with a 1 N std bound is lost once the
+    firmware kept reporting without it for long enough to grow that uncertain — well before its
+    0.5 s time bound — while a host that is merely late (no new STATUS) loses nothing."""
+    force = dataclasses.replace(ROBOT.sensor("wrist_force"), predict_max_std=1.0)
+    robot = dataclasses.replace(ROBOT, sensors=tuple(
+        force if c.name == "wrist_force" else c for c in ROBOT.sensors))
+    hub = SensorHub(robot)
+    hub.attach_estimators(EstimatorBank.create(robot))
+    for k in range(200):
+        hub.update(_status(k), now=k * 0.001)
+    assert hub.snapshot(0.199 + 0.3).lost == ()  # late host, same firmware time
+    k = 200
+    while hub.snapshot(k * 0.001).lost == ():
+        hub.update(_status(k, force=math.nan), now=k * 0.001)
+        k += 1
+        assert k < 700, "never lost"
+    snap = hub.snapshot(k * 0.001)
+    assert snap.lost == ("wrist_force",) and (k - 200) * 0.001 < force.predict_max_s
+
+
+def test_predict_max_std_and_the_soft_limit_margin_are_validated(tmp_path: Path) -> None:
+    src = (Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml")
+    text = src.read_text()
+    bad_std = text.replace('on_loss = "stop"\n', 'on_loss = "stop"\npredict_max_std = 1.0\n', 1)
+    (tmp_path / "a.toml").write_text(bad_std)
+    with pytest.raises(ConfigError, match="predict_max_std"):
+        load_robot(tmp_path / "a.toml")
+    bad_margin = text.replace("soft_limit_margin_rad = 0.05", "soft_limit_margin_rad = 2.0")
+    (tmp_path / "b.toml").write_text(bad_margin)
+    with pytest.raises(ConfigError, match="soft_limit_margin_rad"):
+        load_robot(tmp_path / "b.toml")

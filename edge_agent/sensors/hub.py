@@ -319,7 +319,7 @@ class SensorHub:
                     if past_bound:
                         past.append(ch.name)
                 if fw_now is not None:
-                    lost = self._lost(i, ch, r, est, fw_now, age, now)
+                    lost = self._lost(i, ch, r, est, fw_now, age)
                 if r is not None:
                     if not past_bound and est is not None and est.measured:
                         r = r.with_value(est.value_at(now), Source.PREDICTED)
@@ -330,7 +330,7 @@ class SensorHub:
         return self._assemble(now, st, statuses, tuple(stale), tuple(past))
 
     def _lost(self, i: int, ch: SensorChannel, r: Reading | None, est: EstimatorState | None,
-              fw_now: float, host_age: float, now: float) -> bool:
+              fw_now: float, host_age: float) -> bool:
         """Whether stale channel i is lost past its bound (see `snapshot`)."""
         since = r.t_fw if r is not None else self._first_fw
         if since is None:
@@ -343,7 +343,8 @@ class SensorHub:
         if fw_age > ch.predict_max_s:
             return True
         if ch.predict_max_std > 0 and est is not None and est.measured:
-            return max(est.std_at(now)) > ch.predict_max_std
+            # the std after the firmware time lost, not the host's: a late host loses nothing
+            return max(est.std_at(est.t + fw_age)) > ch.predict_max_std
         return False
 
     def _assemble(self, now: float, st: _State, ch: dict[str, ChannelStatus],
