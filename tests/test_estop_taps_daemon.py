@@ -4,6 +4,10 @@ The rig latches the button's press edge until its next tick samples it (as an in
 safety relay would), so each tap reaches the guardian as an ESTOP_EDGE, the guardian writes its
 STOP, and the daemon latches — on the real daemon + guardian + rig over a pty, with the rig's
 own e-stop hold switched off (only the host side stops the robot).
+
+Without the latched edge this fails in most runs, not all: a rig running late catches up on the
+ticks it owes after a tap arrived, and those see it. tests/test_rig_estop_taps.py puts the taps
+between two ticks in virtual time, where a sampled-only button never sees them.
 """
 
 from __future__ import annotations
