@@ -27,6 +27,15 @@ def _rig(d: DaemonProc) -> dict[str, Any]:
     return d.rig({"cmd": "status"})["state"]  # type: ignore[no-any-return]
 
 
+def _recover_from_jog_lost(d: DaemonProc) -> None:
+    """A loaded machine let the jog stream's ttl (200 ms) run out between two jogs: the jog
+    deadman's protective stop (not what this test is about). Reset and go on jogging."""
+    causes = d.socket_cmd("status")["result"]["stop"]["causes"]
+    assert causes == ["jog_lost"], causes
+    wait_until(lambda: d.socket_cmd("reset")["ok"], 30, "reset after jog_lost")
+    wait_until(lambda: d.socket_cmd("manual.enter")["ok"], 30, "manual mode again")
+
+
 def _jog_until_still(d: DaemonProc, joint: int, sign: float) -> dict[str, Any]:
     """Jog one joint at saturation until the robot stops moving (or 20 s of firmware time)."""
     dq = [0.0] * ROBOT.n_joints
@@ -36,6 +45,9 @@ def _jog_until_still(d: DaemonProc, joint: int, sign: float) -> dict[str, Any]:
     ref_q, ref_fw = st["q_encoder"], st["fw_time_us"]
     while True:
         r = d.socket_cmd("manual.jog", {"dq": dq, "ttl_ms": 200})
+        if not r["ok"] and "protective stop" in r["error"]["message"]:
+            _recover_from_jog_lost(d)
+            continue
         # refused while a late reader left the encoders predicted for a tick: jog on
         assert r["ok"] or "predicted" in r["error"]["message"], r
         st = _rig(d)  # jogs go back to back, paced by the two round trips (ttl 200 ms)
