@@ -76,6 +76,9 @@ class SensorChannel:
     on_loss: OnLoss
     predict_max_s: float = 0.0
     latency_s: float = 0.0
+    # A predicted channel is also past its bound once its estimator's position std exceeds
+    # this (in the channel's unit); 0 = the time bound only.
+    predict_max_std: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,13 @@ class RobotDescription:
     gripper: Gripper
     sensors: tuple[SensorChannel, ...]
     source: str = ""
+    # Soft joint limits for manual jogs: this far inside each joint's position limits.
+    soft_limit_margin_rad: float = 0.0
+
+    def soft_limits(self) -> tuple[tuple[float, float], ...]:
+        """(min, max) per joint that a jog may reach: the limits less the soft margin."""
+        m = self.soft_limit_margin_rad
+        return tuple((j.position_min_rad + m, j.position_max_rad - m) for j in self.joints)
 
     @property
     def n_joints(self) -> int:
@@ -256,7 +266,11 @@ def _sensor(r: _Reader) -> SensorChannel:
         on_loss=r.text("on_loss", choices=("predict", "stop")),  # type: ignore[arg-type]
         predict_max_s=r.num("predict_max_s", 0.0, lo=0.0),
         latency_s=r.num("latency_s", 0.0, lo=0.0),
+        predict_max_std=r.num("predict_max_std", 0.0, lo=0.0),
     )
+    if s.on_loss == "stop" and s.predict_max_std > 0:
+        raise r.fail("predict_max_std", s.predict_max_std,
+                     "only a channel with on_loss = 'predict' is predicted")
     if s.name == "estop_input" and s.on_loss != "stop":
         raise r.fail("on_loss", s.on_loss, "the e-stop input is never predicted")
     if s.on_loss == "predict" and s.predict_max_s <= 0:
@@ -286,6 +300,12 @@ def parse_robot(data: Mapping[str, Any], source: str = "") -> RobotDescription:
     sensors = tuple(_sensor(s) for s in sensor_tables)
     _unique(sensor_tables, [s.name for s in sensors], "sensor")
     workspace = Workspace(ws.vec3("min_m"), ws.vec3("max_m"))
+    margin = ws.num("soft_limit_margin_rad", 0.0, lo=0.0)
+    for j in joints:
+        if 2 * margin >= j.position_max_rad - j.position_min_rad:
+            raise ws.fail("soft_limit_margin_rad", margin,
+                          f"leaves joint {j.name!r} no range (its limits are "
+                          f"{j.position_min_rad}..{j.position_max_rad} rad)")
     for i, ax in enumerate("xyz"):
         if workspace.min_m[i] > workspace.max_m[i]:
             raise ws.fail("min_m", list(workspace.min_m),
@@ -318,6 +338,7 @@ def parse_robot(data: Mapping[str, Any], source: str = "") -> RobotDescription:
         gripper=gripper,
         sensors=sensors,
         source=source,
+        soft_limit_margin_rad=margin,
     )
     for sub in (base, tool, ws, table, g, r):
         sub.done()

@@ -155,7 +155,8 @@ def test_before_any_frame_everything_is_stale() -> None:
     assert snap.q == () and snap.estop_input is None and snap.object_pose is None
     assert set(snap.stale) == {c.name for c in ROBOT.sensors}
     assert set(snap.past_bound) == {"joint_encoders", "wrist_force", "object_pose"}
-    assert not snap.ok and snap.channel("estop_input").age_s == math.inf
+    assert snap.channel("estop_input").age_s == math.inf
+    assert snap.ok  # no firmware clock yet: nothing can be counted as lost (start-up holds)
 
 
 def test_channels_go_stale_after_three_periods_and_past_their_bound() -> None:
@@ -165,7 +166,8 @@ def test_channels_go_stale_after_three_periods_and_past_their_bound() -> None:
     assert hub.snapshot(5.0029).ok
     snap = hub.snapshot(5.0031)  # status channels: 1 kHz -> stale after 3 ms
     assert snap.channel("joint_currents").freshness is Freshness.STALE
-    assert "joint_currents" in snap.lost and "estop_input" in snap.lost
+    # ... but no STATUS came since: the host is late, the firmware has lost nothing
+    assert snap.lost == () and hub.snapshot(6.2).lost == ()
     assert snap.channel("object_pose").freshness is Freshness.OK  # 30 Hz: 100 ms
     # No estimators attached: the encoders hold their last value, marked stale, until the bound.
     assert snap.q_source is Source.STALE and snap.past_bound == ()
@@ -175,6 +177,37 @@ def test_channels_go_stale_after_three_periods_and_past_their_bound() -> None:
     late = hub.snapshot(6.2)
     assert set(late.past_bound) == {"joint_encoders", "wrist_force", "object_pose"}
     assert late.object_pose is not None and late.object_pose.source is Source.STALE
+
+
+def _nan_currents(k: int) -> Status:
+    return dataclasses.replace(_status(k), current=(math.nan,) * 4, gripper_pos=math.nan)
+
+
+def test_a_channel_is_lost_past_its_bound_in_firmware_time() -> None:
+    """STATUS keeps coming, a channel's values are invalid: `stop` channels are lost after three
+    of their periods of firmware time, predicted ones after predict_max_s, and come back with
+    the first valid sample."""
+    hub = SensorHub(ROBOT)
+    hub.update(_status(1), now=5.0)
+    for k in range(2, 5):  # fw 2..4 ms: 3 ms past the last valid currents, not more
+        hub.update(_nan_currents(k), now=5.0 + (k - 1) * 1e-3)
+    assert hub.snapshot(5.0035).lost == ()
+    hub.update(_nan_currents(5), now=5.004)
+    assert set(hub.snapshot(5.0041).lost) == {"joint_currents", "gripper_position"}
+    hub.update(_status(6), now=5.005)
+    assert hub.snapshot(5.0051).lost == ()
+    # the encoders: NaN q for longer than predict_max_s (10 ms) of firmware time
+    for k in range(7, 30):
+        hub.update(_status(k, q=(math.nan,) * 4), now=5.0 + k * 1e-3)
+    snap = hub.snapshot(5.030)
+    assert snap.lost == ("joint_encoders",) and snap.channel("joint_encoders").lost
+
+
+def test_a_channel_never_valid_is_lost_from_the_first_status_on() -> None:
+    hub = SensorHub(ROBOT)
+    for k in range(100, 110):
+        hub.update(_nan_currents(k), now=1.0 + k * 1e-3)
+    assert set(hub.snapshot(1.11).lost) == {"joint_currents", "gripper_position"}
 
 
 def test_invalid_samples_keep_a_channel_stale() -> None:
@@ -309,3 +342,37 @@ def test_snapshots_are_consistent_while_the_reader_thread_writes() -> None:
         seen += 1
     thread.join(timeout=30)
     assert hub.snapshot(n * 0.001).last_cmd_seq == n
+
+
+def test_a_predicted_channel_past_its_std_bound_is_lost_in_firmware_time_only() -> None:
+    """predict_max_std: the wrist force (a random walk) with a 1 N std bound is lost once the
+    firmware kept reporting without it for long enough to grow that uncertain — well before its
+    0.5 s time bound — while a host that is merely late (no new STATUS) loses nothing."""
+    force = dataclasses.replace(ROBOT.sensor("wrist_force"), predict_max_std=1.0)
+    robot = dataclasses.replace(ROBOT, sensors=tuple(
+        force if c.name == "wrist_force" else c for c in ROBOT.sensors))
+    hub = SensorHub(robot)
+    hub.attach_estimators(EstimatorBank.create(robot))
+    for k in range(200):
+        hub.update(_status(k), now=k * 0.001)
+    assert hub.snapshot(0.199 + 0.3).lost == ()  # late host, same firmware time
+    k = 200
+    while hub.snapshot(k * 0.001).lost == ():
+        hub.update(_status(k, force=math.nan), now=k * 0.001)
+        k += 1
+        assert k < 700, "never lost"
+    snap = hub.snapshot(k * 0.001)
+    assert snap.lost == ("wrist_force",) and (k - 200) * 0.001 < force.predict_max_s
+
+
+def test_predict_max_std_and_the_soft_limit_margin_are_validated(tmp_path: Path) -> None:
+    src = (Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml")
+    text = src.read_text()
+    bad_std = text.replace('on_loss = "stop"\n', 'on_loss = "stop"\npredict_max_std = 1.0\n', 1)
+    (tmp_path / "a.toml").write_text(bad_std)
+    with pytest.raises(ConfigError, match="predict_max_std"):
+        load_robot(tmp_path / "a.toml")
+    bad_margin = text.replace("soft_limit_margin_rad = 0.05", "soft_limit_margin_rad = 2.0")
+    (tmp_path / "b.toml").write_text(bad_margin)
+    with pytest.raises(ConfigError, match="soft_limit_margin_rad"):
+        load_robot(tmp_path / "b.toml")

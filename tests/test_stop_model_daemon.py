@@ -12,6 +12,8 @@ the firmware, against DESIGN.md:
 - nothing clears the hardware e-stop while it is pressed (reset refused, latch and guardian
   stay latched, no motion reaches the firmware);
 - a restart after kill -9 comes up stopped, and a task cannot be resumed after it;
+- a sensor lost past its bound latches `sensor_bound`: no reset while it is lost, no motion when
+  it returns;
 - every reply agrees with DESIGN.md's admission matrix (typed in again below, not imported).
 
 More examples: EDGE_STOP_MODEL_EXAMPLES=500 pytest tests/test_stop_model_daemon.py
@@ -54,6 +56,10 @@ ALWAYS_OK = {  # ✓ with no condition attached
 PERMITS_MOTION = ("task.start", "resume", "manual.enter", "manual.jog")
 GRACE_S = 0.004  # a press reaches the daemon with the next STATUS (1 ms) plus the link's latency
 EXAMPLES = int(os.environ.get("EDGE_STOP_MODEL_EXAMPLES", "25"))
+# Firmware time a channel may be missing before sensor_bound (configs/robot/edge-arm-4.toml: a
+# `stop` channel three of its 1 kHz periods, a predicted one its predict_max_s).
+LOSS_BOUND_S = {"joint_currents": 0.003, "gripper_position": 0.003, "joint_encoders": 0.01,
+                "wrist_force": 0.5}
 
 
 class DaemonStopModel(RuleBasedStateMachine):
@@ -211,6 +217,25 @@ class DaemonStopModel(RuleBasedStateMachine):
         """A link fault (protective stop) for `ms`, then the link is back."""
         self.h.runner.inject("link", "unplug", duration_s=ms / 1000)
         self.run(ms + 50)
+
+    @rule(channel=st.sampled_from(sorted(LOSS_BOUND_S)), ms=st.integers(1, 800))
+    def sensor_dropout(self, channel: str, ms: int) -> None:
+        """A sensor lost for `ms` (the rig's dropout, in virtual time). Past its bound: a latched
+        protective stop `sensor_bound`, a reset refused while the channel is lost, and still
+        latched after it is back (the task does not continue by itself)."""
+        self.h.runner.inject(f"sensor:{channel}", "dropout", duration_s=ms / 1000)
+        self.run(max(1, ms - 2))
+        past = ms / 1000 > LOSS_BOUND_S[channel] + 0.01
+        event(f"sensor dropout {channel}: {'past' if past else 'within'} its bound")
+        if not past:
+            self.run(5)
+            return
+        st_ = self.h.daemon.latch.state
+        assert "sensor_bound" in [c.value for c in st_.causes], (channel, ms, st_)
+        self._command("reset")
+        assert self.h.daemon.latch.latched, "a reset cleared sensor_bound while the sensor was lost"
+        self.run(10)
+        assert self.h.daemon.latch.latched, "sensor_bound cleared itself when the sensor came back"
 
     @rule(down_ms=st.integers(0, 300))
     def kill9_and_restart(self, down_ms: int) -> None:

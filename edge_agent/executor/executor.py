@@ -9,7 +9,9 @@ Stop model (DESIGN.md): the `StopLatch` is the truth. While it is latched every 
 task is frozen and saved. Any latch change (`generation`) discards every setpoint, controller
 and jog; after a reset the machine is in `holding` (task saved: `resume` possible), back in
 `diagnostic`, or `idle`, and nothing moves until a new command. A collision (joint current)
-trips the latch itself; so does a jog stream lost while moving.
+trips the latch itself; so does a jog stream lost while moving; a sensor lost past its bound
+trips `sensor_bound` (conditions.py), and both stay present — a reset refused — while the sensor
+is lost or the overcurrent lasts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from edge_agent.executor.conditions import StopConditions
 from edge_agent.executor.controllers import GripController, Measured, Vec3, measure
 from edge_agent.executor.kinematics import IKFailure
 from edge_agent.executor.latch import ResetRefused, StopCause, StopKind, StopLatch
@@ -52,6 +55,7 @@ class Executor(TaskRunner):
                                          cfg.collision_baseline_tau_s, cfg.collision_persist_s)
         self._jog = JogController(robot, self.kin, cfg.manual_speed_fraction,
                                   cfg.manual_cartesian_speed_m_s)
+        self._conditions = StopConditions(robot, latch, self._emit)
         self._ticked = False
 
     # -- reading -------------------------------------------------------------------------
@@ -118,6 +122,7 @@ class Executor(TaskRunner):
         if pose is not None and pose.source is Source.MEASURED:
             self._object.add(pose.value, pose.t_fw, pose.t_host)
         self._predicted = snapshot.q_source is Source.PREDICTED
+        self._conditions.update(now, snapshot)  # sensor_bound, a collision's overcurrent
         ls = self.latch.state
         if ls.generation != self._gen:
             self._sync_latch(now)

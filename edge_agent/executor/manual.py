@@ -4,8 +4,14 @@ Each `jog` carries a velocity and a `ttl_ms` (≤ 200); the velocity applies unt
 An expired jog stops the motion (the executor holds); if the stream died while moving, that is
 "jog stream lost" and the executor trips a protective stop. Speeds are capped at
 `speed_fraction` of each joint's limit (cartesian: `cartesian_speed_m_s`, tool pitch kept), the
-setpoint stays inside the joint limits and on a short leash to the measured position, and every
-new stream starts from the measured pose — never from an old setpoint.
+setpoint stays on a short leash to the measured position, and every new stream starts from the
+measured pose — never from an old setpoint.
+
+Limits (DESIGN.md: jog stays inside the workspace box and inside soft limits): each joint's
+setpoint stays `soft_limit_margin_rad` inside its position limits, and a step that would take the
+tool centre out of the workspace box — shrunk by `box_margin_m`, the room a servo needs to stop
+behind its setpoint — is not taken. Either way a pose already outside (after a task, a power
+cycle) may only move back in: never further out, and never pulled in by a jump.
 """
 
 from __future__ import annotations
@@ -27,9 +33,14 @@ class JogController:
     """Integrates jog velocities into joint position setpoints."""
 
     def __init__(self, robot: RobotDescription, kin: ArmKinematics, speed_fraction: float = 0.25,
-                 cartesian_speed_m_s: float = 0.05, leash_rad: float = 0.05) -> None:
+                 cartesian_speed_m_s: float = 0.05, leash_rad: float = 0.05,
+                 box_margin_m: float = 0.005) -> None:
         self.joints = robot.joints
         self.kin = kin
+        self.soft = robot.soft_limits()
+        ws = robot.workspace
+        self.box_min = tuple(v + box_margin_m for v in ws.min_m)
+        self.box_max = tuple(v - box_margin_m for v in ws.max_m)
         self.vmax = tuple(j.velocity_max_rad_s * speed_fraction for j in robot.joints)
         self.cart_speed = cartesian_speed_m_s
         self.leash = leash_rad
@@ -81,11 +92,29 @@ class JogController:
         self.moving = any(abs(v) > 1e-9 for v in qdot)
         sp = self._setpoint if self._setpoint is not None else tuple(q)
         out = []
-        for j, s, v, meas in zip(self.joints, sp, qdot, q, strict=True):
+        for j, (lo, hi), s, v, meas in zip(self.joints, self.soft, sp, qdot, q, strict=True):
             nxt = min(max(s + v * dt, meas - self.leash), meas + self.leash)
+            if nxt > hi:  # past the soft limit: no further out than the setpoint already was
+                nxt = max(hi, min(nxt, s))
+            elif nxt < lo:
+                nxt = min(lo, max(nxt, s))
             out.append(j.clamp(nxt))
-        self._setpoint = tuple(out)
-        return self._setpoint, False
+        new = tuple(out)
+        if self._outside(new) > 0.0 and self._outside(new) >= self._outside(sp) - 1e-9:
+            new = sp  # out of the box, and not on the way back in: hold this step
+        self._setpoint = new
+        return new, False
+
+    def _outside(self, q: Sequence[float]) -> float:
+        """How far the tool centre at `q` is outside the (shrunk) workspace box, m (L1)."""
+        x, y, z, _ = self.kin.forward(q)
+        out = 0.0
+        for v, lo, hi in zip((x, y, z), self.box_min, self.box_max, strict=True):
+            if v < lo:
+                out += lo - v
+            elif v > hi:
+                out += v - hi
+        return out
 
     def _joint_rates(self, q: Sequence[float]) -> tuple[float, ...]:
         assert self._v is not None

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from edge_agent.errors import ConfigError
 from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
-from edge_agent.robot import RobotDescription
+from edge_agent.robot import RobotDescription, SensorChannel
 from edge_agent.sensors.filters import SpikeFilter
 from edge_agent.sensors.readings import (
     ChannelStatus,
@@ -133,6 +133,7 @@ class SensorHub:
                 c.dim, window=spike_window, k=spike_k, floor=spike_k * c.noise_std + 1e-9,
                 min_samples=min(5, spike_window))
         self._min_est_dt = 1.0 / estimator_rate_hz
+        self._first_fw: float | None = None  # firmware time of the first STATUS (s)
         self._offsets: tuple[tuple[float, ...] | None, ...] = (None,) * len(robot.sensors)
         self._bank: EstimatorBank | None = None
         # Writer-side working copies; published as tuples.
@@ -172,6 +173,8 @@ class SensorHub:
             status, dq, current = old.status, old.dq, old.gripper_current
             if isinstance(msg, Status):
                 self._counters["status_frames"] += 1
+                if status is None or msg.fw_time_us < status.fw_time_us:
+                    self._first_fw = msg.fw_time_us * 1e-6  # the first STATUS, or a restart
                 self._status(msg, now)
                 status = msg
                 mdq = msg.dq
@@ -283,33 +286,66 @@ class SensorHub:
     # ------------------------------------------------------------------ reader side
 
     def snapshot(self, now: float) -> Snapshot:
-        """The picture at host time `now`: measured, predicted or stale, with every bound."""
+        """The picture at host time `now`: measured, predicted or stale, with every bound.
+
+        `past_bound` (the control view: hold) counts host time since the last sample arrived.
+        `lost` (a protective stop) counts firmware time: how far the firmware's clock, as the
+        latest STATUS tells it, is past the channel's last valid sample (or the first STATUS,
+        for a channel never valid) — so the firmware kept reporting and this channel was not
+        in it. A host that stalled, or a link that went silent (a link fault of its own), has
+        lost no channel. A `stop` channel is lost after `stale_periods` of its periods (plus
+        its latency), a predicted one after `predict_max_s` or once its estimator's std
+        exceeds `predict_max_std`; before the estimators attach the time bound alone decides.
+        Only stale channels are looked at, so a healthy snapshot costs nothing more.
+        """
         with self._lock:
             st = self._state
+        fw_now = st.status.fw_time_us * 1e-6 if st.status is not None else None
         statuses: dict[str, ChannelStatus] = {}
         stale: list[str] = []
         past: list[str] = []
         for i, ch in enumerate(self._channels):
             r = st.readings[i]
             age = now - r.t_host if r is not None else math.inf
-            past_bound = False
+            past_bound = lost = False
             if age <= self._stale_s[i]:
                 fresh = Freshness.OK
             else:
                 fresh = Freshness.STALE
                 stale.append(ch.name)
+                est = st.estimates[i]
                 if ch.on_loss == "predict":
                     past_bound = age > ch.predict_max_s
                     if past_bound:
                         past.append(ch.name)
+                if fw_now is not None:
+                    lost = self._lost(i, ch, r, est, fw_now, age)
                 if r is not None:
-                    est = st.estimates[i]
                     if not past_bound and est is not None and est.measured:
                         r = r.with_value(est.value_at(now), Source.PREDICTED)
                     else:
                         r = r.with_value(r.value, Source.STALE)
-            statuses[ch.name] = ChannelStatus(ch.name, r, fresh, age, ch.on_loss, past_bound)
+            statuses[ch.name] = ChannelStatus(ch.name, r, fresh, age, ch.on_loss, past_bound,
+                                              lost)
         return self._assemble(now, st, statuses, tuple(stale), tuple(past))
+
+    def _lost(self, i: int, ch: SensorChannel, r: Reading | None, est: EstimatorState | None,
+              fw_now: float, host_age: float) -> bool:
+        """Whether stale channel i is lost past its bound (see `snapshot`)."""
+        since = r.t_fw if r is not None else self._first_fw
+        if since is None:
+            return False
+        fw_age = fw_now - since
+        if fw_age < 0:  # the firmware restarted since that sample: its clock began again
+            fw_age = host_age
+        if ch.on_loss == "stop":
+            return fw_age > self._stale_s[i] + ch.latency_s
+        if fw_age > ch.predict_max_s:
+            return True
+        if ch.predict_max_std > 0 and est is not None and est.measured:
+            # the std after the firmware time lost, not the host's: a late host loses nothing
+            return max(est.std_at(est.t + fw_age)) > ch.predict_max_std
+        return False
 
     def _assemble(self, now: float, st: _State, ch: dict[str, ChannelStatus],
                   stale: tuple[str, ...], past: tuple[str, ...]) -> Snapshot:

@@ -61,6 +61,8 @@ class ChannelStatus(NamedTuple):
     age_s: float  # since the last valid measurement arrived; inf if none yet
     on_loss: str  # "predict" | "stop", from the robot description
     past_bound: bool  # a predict channel stale for longer than its predict_max_s
+    # Lost past its bound in the firmware's time (see SensorHub.snapshot): a protective stop.
+    lost: bool = False
 
     @property
     def source(self) -> Source:
@@ -82,8 +84,9 @@ class Snapshot:
 
     Values never received are empty tuples / None. `q` is measured while the encoders are
     fresh, Kalman-predicted while they are stale but within their bound, then the last value
-    held (`q_source` says which). `lost` lists what should stop the robot: stale `stop`
-    channels and predicted channels past their bound.
+    held (`q_source` says which). `lost` lists what should stop the robot: `stop` channels
+    without a valid sample for a few of their periods and predicted channels past their bound,
+    both counted in the firmware's time (a host that stalled has lost nothing).
     """
 
     t: float  # host monotonic time the snapshot is for
@@ -109,8 +112,7 @@ class Snapshot:
     @property
     def lost(self) -> tuple[str, ...]:
         """Channels whose loss calls for a protective stop (the caller decides what it needs)."""
-        return tuple(c.name for c in self.channels.values()
-                     if c.past_bound or (c.on_loss == "stop" and c.freshness is Freshness.STALE))
+        return tuple(c.name for c in self.channels.values() if c.lost)
 
     @property
     def ok(self) -> bool:

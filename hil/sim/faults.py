@@ -10,7 +10,9 @@ plain attributes every tick (`estop_pressed`, `sensor_faults`, `gripper_weak`, `
                                                             "recoverable" / "unrecoverable")
     collision         hit                                  (severity scales the current)
     link              corrupt | unplug
-    estop             press | release                      (the physical button)
+    estop             press | release                      (the physical button; a press
+                                                            edge is latched until a tick
+                                                            samples it: `estop_taps`)
 
 A fault without `duration_s` lasts until cleared (or, for the e-stop, released).
 """
@@ -111,6 +113,9 @@ class FaultEngine:
         self.pending: list[FaultSpec] = []
         self.history: list[dict[str, Any]] = []
         self.estop_pressed = False
+        # Press edges not yet sampled by the firmware's tick: the button's input latches an edge
+        # (an interrupt, a safety relay), so a tap shorter than a tick is still a press.
+        self.estop_taps = 0
         self.sensor_faults: dict[str, tuple[str, float]] = {}
         self.gripper_weak = 0.0
         self.gripper_slip = False
@@ -159,6 +164,8 @@ class FaultEngine:
             self.active.pop("estop", None)
             self._refresh()
             return self._log("estop", "release", 0.0, now_s, None)
+        if spec.target == "estop" and "estop" not in self.active:
+            self.estop_taps += 1  # a press edge: the firmware samples it even if released first
         end = now_s + spec.duration_s if spec.duration_s is not None else None
         self.active[spec.target] = ActiveFault(spec.target, spec.mode, severity, now_s, end)
         self._refresh()

@@ -336,7 +336,15 @@ class Firmware:
             self.sensors.faults = {}
             self.gripper.weak_severity = self.arm.blocked_fraction = 0.0
             self.gripper.slip = False
-        if eng.estop_pressed != self.estop_input:
+        if eng.estop_taps:
+            # A latched press edge: seen for at least this tick even if released already (a
+            # tap still pressed from the tick before is released first, so this one is an edge).
+            if self.estop_input:
+                self._estop_edge(False, t_us)
+            else:
+                eng.estop_taps -= 1
+                self._estop_edge(True, t_us)
+        elif eng.estop_pressed != self.estop_input:
             self._estop_edge(eng.estop_pressed, t_us)
         arm = self.arm
         if self._deadman_armed and t_us > self._deadman_expiry_us and arm.enabled:

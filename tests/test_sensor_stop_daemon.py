@@ -1,0 +1,150 @@
+"""Issue #15 items 2 and 8 on the real daemon + guardian + simulated robot over a pty.
+
+A sensor lost past its bound (a `stop` channel after a few of its periods, a predicted one past
+predict_max_s) is a latched protective stop `sensor_bound`; a collision's stop stays present while
+the overcurrent lasts. In both the reset answers `cause_present` while the cause lasts, is
+accepted once it is gone, and the task does not continue by itself: nothing moves (no POSITION
+frame reaches the robot) until `resume`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_proc import DaemonProc
+from mosquitto import wait_until
+
+
+def _status(d: DaemonProc) -> dict[str, Any]:
+    r = d.socket_cmd("status")
+    assert r["ok"], r
+    return r["result"]  # type: ignore[no-any-return]
+
+
+def _rig_t(d: DaemonProc) -> float:
+    return float(d.rig({"cmd": "status"})["t"])
+
+
+def _fw_s(d: DaemonProc) -> float:
+    return float(d.rig({"cmd": "status"})["state"]["fw_time_us"]) / 1e6
+
+
+def _moves_since(d: DaemonProc, t: float) -> int:
+    rec = d.rig({"cmd": "record", "type": "COMMAND", "since": t,
+                 "where": {"mode": "POSITION"}})
+    assert rec["ok"], rec
+    return len(rec["frames"])
+
+
+def _running_task(d: DaemonProc) -> str:
+    """READY, link up, a pick-and-place task started and moving the robot."""
+    d.wait_ready()
+    wait_until(lambda: _status(d)["link_up"], 30, "link up")
+    start = d.socket_cmd("task.start", timeout=30)
+    assert start["ok"], start
+    t0 = _rig_t(d)
+    wait_until(lambda: _moves_since(d, t0) > 20, 30, "the task moving the robot")
+    return str(start["result"]["task_id"])
+
+
+def _stopped_by(d: DaemonProc, cause: str) -> dict[str, Any]:
+    def latched() -> bool:
+        st = _status(d)
+        return st["mode"] == "protective_stop" and cause in st["stop"]["causes"]
+
+    wait_until(latched, 30, f"a protective stop {cause}")
+    return _status(d)
+
+
+def _reset_refused_then_accepted(d: DaemonProc, cause: str, end_cause: dict[str, Any]) -> float:
+    """reset while the cause lasts → cause_present; end it; reset accepted; returns the rig
+    time just after the accepted reset."""
+    r = d.socket_cmd("reset")
+    assert not r["ok"] and r["error"]["code"] == "cause_present", r
+    assert cause in r["error"]["message"]
+    assert _status(d)["mode"] == "protective_stop"
+    assert d.rig(end_cause)["ok"]
+    replies: list[dict[str, Any]] = []
+    wait_until(lambda: replies.append(d.socket_cmd("reset")) or bool(replies[-1]["ok"]),
+               30, "reset accepted once the cause is gone")
+    assert all(x["ok"] or x["error"]["code"] in ("rate_limited", "cause_present")
+               for x in replies), replies
+    return _rig_t(d)
+
+
+def _stays_still_then_resumes(d: DaemonProc, task_id: str, after: float) -> None:
+    """Half a second of firmware time without a POSITION frame (no resume by itself), then
+    `resume` moves it again."""
+    st = _status(d)
+    assert st["mode"] == "holding" and st["executor"]["saved"], st["executor"]
+    fw0 = _fw_s(d)
+    wait_until(lambda: _fw_s(d) > fw0 + 0.5, 30, "half a second of firmware time")
+    assert _moves_since(d, after) == 0, "the task continued without resume"
+    assert _status(d)["mode"] == "holding"
+    r = d.socket_cmd("resume", {"task_id": task_id})
+    assert r["ok"], r
+    wait_until(lambda: _moves_since(d, after) > 0, 30, "moving again after resume")
+
+
+@pytest.mark.parametrize("channel", ["joint_encoders", "wrist_force", "joint_currents",
+                                     "gripper_position"])
+def test_a_sensor_lost_past_its_bound_latches_a_protective_stop(tmp_path: Path,
+                                                                 channel: str) -> None:
+    d = DaemonProc(tmp_path, None).start()
+    try:
+        task_id = _running_task(d)
+        inj = d.rig({"cmd": "inject", "target": f"sensor:{channel}", "mode": "dropout"})
+        assert inj["ok"], inj
+        st = _stopped_by(d, "sensor_bound")
+        assert st["executor"]["saved"], st["executor"]
+        stop_t = _rig_t(d)
+        # lost for longer than its bound (wrist_force: 0.5 s) while latched: still latched,
+        # and nothing moved
+        fw0 = _fw_s(d)
+        wait_until(lambda: _fw_s(d) > fw0 + 0.7, 30, "the channel lost past its bound")
+        assert _status(d)["mode"] == "protective_stop"
+        after = _reset_refused_then_accepted(
+            d, "sensor_bound", {"cmd": "clear", "target": f"sensor:{channel}"})
+        assert _moves_since(d, stop_t) == 0, "motion reached the robot during the stop"
+        _stays_still_then_resumes(d, task_id, after)
+    finally:
+        d.stop()
+
+
+def test_a_lost_encoder_stops_from_ready_on(tmp_path: Path) -> None:
+    """Right after READY (before the background start-up attached the Kalman estimators, or
+    not: the bound is the same) a lost stop-channel is a protective stop, not a silent hold."""
+    d = DaemonProc(tmp_path, None).start()
+    try:
+        d.wait_ready()
+        assert d.rig({"cmd": "inject", "target": "sensor:joint_currents",
+                      "mode": "dropout"})["ok"]
+        _stopped_by(d, "sensor_bound")
+        r = d.socket_cmd("task.start")
+        assert not r["ok"], r
+    finally:
+        d.stop()
+
+
+def test_a_collision_reset_is_refused_while_the_overcurrent_lasts(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path, None).start()
+    try:
+        task_id = _running_task(d)
+        assert d.rig({"cmd": "inject", "target": "collision", "mode": "hit"})["ok"]
+        _stopped_by(d, "collision")
+        stop_t = _rig_t(d)
+        fw0 = _fw_s(d)
+        wait_until(lambda: _fw_s(d) > fw0 + 0.3, 30, "the overcurrent lasting")
+        assert _status(d)["mode"] == "protective_stop"
+        after = _reset_refused_then_accepted(d, "collision",
+                                             {"cmd": "clear", "target": "collision"})
+        assert _moves_since(d, stop_t) == 0, "motion reached the robot during the stop"
+        # accepted means it stays cleared: no second collision stop on a plain hold
+        fw1 = _fw_s(d)
+        wait_until(lambda: _fw_s(d) > fw1 + 0.3, 30, "a while after the reset")
+        assert _status(d)["mode"] == "holding", _status(d)["stop"]
+        _stays_still_then_resumes(d, task_id, after)
+    finally:
+        d.stop()
