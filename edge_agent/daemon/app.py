@@ -26,6 +26,7 @@ from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
 from edge_agent.config import Config
 from edge_agent.daemon import persist
+from edge_agent.daemon.deadman import GuardianWatch
 from edge_agent.daemon.handlers import register_handlers
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
@@ -99,6 +100,8 @@ class Daemon:
         self.notifier = SystemdNotifier()
         self.publisher = Publisher(self)
         self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event, clock=self.clock.now)
+        self.watch = GuardianWatch(self.mirror, self.latch, config.link.deadman_ms / 1000.0,
+                                   lambda: self.guardian is not None and self.guardian.ready)
         self.writer = StoreWriter(on_error=self._on_store_error)
         self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
         # stop epochs: nothing sent before the latest stop or reset moves the robot after it
@@ -304,6 +307,7 @@ class Daemon:
         """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
         if self.guardian is None:
             return
+        self.watch.check(now)  # a stall latches before the first setpoint computed after it
         snap = self.hub.snapshot(now)
         with self.exec_lock:
             latch_state = self.latch.state
@@ -443,6 +447,7 @@ class Daemon:
             self._prespawned = None
         _log.info("stopping")
         self._background_done.set()  # a calibration still waiting for its turn gives up
+        self.watch.close()  # the command stream stops now: not a deadman stop
         t0 = last = time.monotonic()
         took: dict[str, float] = {}
 
