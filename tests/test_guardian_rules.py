@@ -174,6 +174,34 @@ def test_deadman_holds_and_latches_until_reset_enable_and_a_new_command() -> Non
     assert r.on_daemon(position(), 1.25).tty == [position()]
 
 
+def test_a_silence_inside_a_hold_stream_holds_without_latching_unless_motion_follows() -> None:
+    """Idle (or start-up work): the daemon streams HOLD; a pause past the deadman holds but is
+    no stop. The stream resuming with motion straight after the silence is: it may be stale."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(LIMITS.hold(), 0.0)
+    assert r.on_tick(0.1).tty == [LIMITS.hold()] and r.state.deadman_hold and not r.latched
+    r.on_daemon(LIMITS.hold(), 0.11)  # the stream is back, still holding
+    assert not r.state.deadman_hold and not r.latched
+    assert r.on_daemon(position(), 0.115).tty == [position()]  # a task starts: moves
+    r.on_daemon(LIMITS.hold(), 0.12)
+    r.on_tick(0.2)
+    assert r.on_daemon(position(), 0.21).tty == [] and r.latched  # motion right after silence
+    assert r.state.cause == StopReason.DEADMAN
+
+
+def test_commands_queued_while_the_guardian_stalled_trip_the_deadman_first() -> None:
+    """The guardian itself was stopped (its timer never fired) while the daemon kept sending:
+    the first queued COMMAND past the deadman latches, and it and the rest are dropped."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == [position()]
+    outs = [r.on_daemon(position(), 1.5) for _ in range(5)]  # read at once after the stall
+    assert r.latched and r.state.cause == StopReason.DEADMAN
+    assert all(not any(moving(m) for m in a.tty) for a in outs)
+    assert r.counters["deadman_trips"] == 1 and r.counters["dropped_motion"] == 5
+
+
 def fw_status(*, deadman: bool) -> Status:
     return Status(0, StatusFlag.DEADMAN_TRIPPED if deadman else StatusFlag(0), 0, Z, Z, Z,
                   0.0, 0.0, 0.0)
@@ -342,6 +370,8 @@ class GuardianMachine(RuleBasedStateMachine):
         self.pending: float | None = None  # the deadline of the G_AT that may still go out
         self.cleared_at: float | None = None  # when a reset last cleared the latch
         self.fw_tripped = False  # the last STATUS showed DEADMAN_TRIPPED
+        self.last_cmd_moved = False  # the last COMMAND that reached the rules asked for motion
+        self.pending_moved = False  # ... and the G_AT waiting
 
     # every input goes through here
     def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
@@ -351,6 +381,7 @@ class GuardianMachine(RuleBasedStateMachine):
             # dropped it (no latch, STOP, immediate COMMAND or daemon loss since it came)
             assert self.pending is not None and self.t >= self.pending - 2e-6
             self.pending = None
+            self.last_cmd_moved = self.pending_moved
             self.last_cmd = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
@@ -389,7 +420,12 @@ class GuardianMachine(RuleBasedStateMachine):
             acts = self.step(self.r.on_daemon(msg, self.t), lb, ne)
             # the waiting one goes out first; the new one at once if it came late, else it waits
             assert self.r.counters["timed_released"] - rel == old_due + new_due
+            if old_due:
+                self.last_cmd_moved = self.pending_moved
+            if new_due:
+                self.last_cmd_moved = msg.cmd.moves
             self.pending = None if new_due else due
+            self.pending_moved = msg.cmd.moves
             if old_due or new_due:
                 self.last_cmd = self.t
                 self.first_hold_after_cmd = self.last_hold = None
@@ -400,6 +436,7 @@ class GuardianMachine(RuleBasedStateMachine):
                          released_before=rel)
         if isinstance(msg, Command):
             self.last_cmd = self.t
+            self.last_cmd_moved = msg.moves
             self.first_hold_after_cmd = None
             self.last_hold = None
         return acts
@@ -507,7 +544,7 @@ class GuardianMachine(RuleBasedStateMachine):
         edge = via_event or not self.fw_tripped
         self.known_pressed = self.known_pressed or self.pressed
         self.fw_tripped = self.fw_tripped or not via_event
-        if edge:  # a flag still set from the last trip is no new trip (a reset must pass)
+        if edge and self.last_cmd_moved:  # a flag still set is no new trip (a reset must pass)
             assert self.r.latched and self.r.state.cause in (
                 StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
 
@@ -530,6 +567,8 @@ class GuardianMachine(RuleBasedStateMachine):
     def a_silent_stream_ends_in_a_hold_within_the_deadman_time(self) -> None:
         if self.last_cmd is not None and self.t - self.last_cmd >= DEADMAN:
             assert self.r.state.deadman_hold
+            if not self.last_cmd_moved:
+                return  # a silence inside a hold stream only holds
             # latched at the trip; only a reset since then (G_RESET, not a COMMAND) clears it
             tripped_at = self.last_cmd + DEADMAN
             assert self.r.latched or (self.cleared_at is not None

@@ -313,6 +313,7 @@ class Daemon:
             latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
             events = self.executor.drain_events()
+        self.watch.commanded(cmd.moves, now)
         if events:
             self._exec_events.extend(events)  # published by the main thread, not here
         # the next deadline: on the loop's schedule (lock-step time has no lateness)

@@ -13,12 +13,15 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   HELLO and COMMAND(HOLD) pass. G_RESET clears the latch only when the input is released and the
   link is up (so the input state is known); otherwise it is refused with a one-off
   `G_STATE(cause=RESET_REFUSED)`. After a clear, motion stays blocked until an ENABLE(1) passes.
-- Deadman (§4): once the daemon has sent a COMMAND, silence for `deadman_s` latches with
-  DEADMAN (a protective stop: the daemon may wake up with stale setpoints) and puts a
-  COMMAND(HOLD) stream (every `hold_period_s`) on the tty and `deadman_hold` in G_STATE; the
-  stream ends with the daemon's next COMMAND, the latch only with G_RESET (+ ENABLE(1)). A STATUS
-  newly showing the firmware's DEADMAN_TRIPPED, or an EVENT DEADMAN_TRIP, latches with DEADMAN
-  too. The daemon's end of the socketpair closing is a deadman for good.
+- Deadman (§4): once the daemon has sent a COMMAND, silence for `deadman_s` puts a
+  COMMAND(HOLD) stream (every `hold_period_s`) on the tty and `deadman_hold` in G_STATE until the
+  daemon's next COMMAND. It is a latched protective stop (DEADMAN: the daemon may wake up with
+  stale setpoints; only G_RESET + ENABLE(1) end it) when the stream was moving as it went silent
+  or resumes with motion; a silence inside a HOLD stream (idle, start-up work) only holds. A
+  STATUS newly showing the firmware's DEADMAN_TRIPPED, or an EVENT DEADMAN_TRIP, latches the same
+  way; a COMMAND read past the deadman before the timer saw it (this process stalled with the
+  daemon's frames queued) trips it first. The daemon's end of the socketpair closing is a
+  deadman for good (latched).
 - Every forwarded COMMAND is clamped to the robot's joint and gripper limits; a COMMAND with the
   wrong joint count or a non-finite value is replaced by a hold.
 - G_STATE goes to the daemon on every change and every `state_period_s` (default: half the
@@ -172,6 +175,7 @@ class GuardianRules:
         self.version_mismatch = False
         self.realtime = realtime
         self._last_cmd_at: float | None = None  # the deadman is armed by the first COMMAND
+        self._moving = False  # the daemon's last COMMAND asked for motion
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
@@ -218,6 +222,12 @@ class GuardianRules:
             self._on_timed(msg, now, acts)
         elif isinstance(msg, Command):
             self._drop_timed()  # sent at once: it supersedes the one computed before it
+            # Our own timer may have fired late (this process stalled, the daemon's frames
+            # queued meanwhile): a COMMAND arriving past the deadman trips it first.
+            self._deadman_due(now)
+            if self.deadman_hold and msg.moves and not self._moving:
+                self._trip_deadman()  # a hold stream resumes with motion after a silence
+            self._moving = msg.moves
             self._last_cmd_at = now
             self.deadman_hold = False
             self._next_hold_at = math.inf
@@ -260,12 +270,7 @@ class GuardianRules:
         acts = Actions()
         if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
             self._release(now, acts)
-        if (not self.deadman_hold and self._last_cmd_at is not None
-                and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
-            self.deadman_hold = True
-            self._next_hold_at = now
-            self.counters["deadman_trips"] += 1
-            self._latch(StopReason.DEADMAN)  # stale setpoints may follow: drop them
+        self._deadman_due(now)
         if self.deadman_hold and now >= self._next_hold_at:
             acts.tty.append(self.limits.hold())
             self.counters["holds_sent"] += 1
@@ -338,9 +343,22 @@ class GuardianRules:
         self.counters["stops_sent"] += 1
         self._latch(StopReason.ESTOP_INPUT)
 
+    def _deadman_due(self, now: float) -> None:
+        if (not self.deadman_hold and self._last_cmd_at is not None
+                and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
+            self.deadman_hold = True
+            self._next_hold_at = now
+            if self._moving:
+                self._trip_deadman()  # stale setpoints may follow: drop them
+
+    def _trip_deadman(self) -> None:
+        self.counters["deadman_trips"] += 1
+        self._latch(StopReason.DEADMAN)
+
     def _fw_deadman(self) -> None:
         self.counters["fw_deadman_reports"] += 1
-        self._latch(StopReason.DEADMAN)
+        if self._moving:
+            self._latch(StopReason.DEADMAN)
 
     def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
         if self._timed is not None:
