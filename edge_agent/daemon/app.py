@@ -11,7 +11,6 @@ step ended (ms since exec).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import threading
@@ -28,6 +27,7 @@ from edge_agent.config import Config
 from edge_agent.daemon import persist
 from edge_agent.daemon.deadman import GuardianWatch
 from edge_agent.daemon.handlers import register_handlers
+from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
 from edge_agent.daemon.output import CommandOutput
@@ -140,6 +140,7 @@ class Daemon:
         self.output = CommandOutput(self._send, config.control.output_at_deadline)
         self._period = 1.0 / config.control.rate_hz
         self.gc_stats = CollectionStats()  # installed in start(): the real daemon's only
+        self.heap = HeapKeeper(self.gc_stats)  # full collections at safe points only
         self._background_done = threading.Event()
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
@@ -253,6 +254,7 @@ class Daemon:
         self._background_done.wait(60.0)
         if not self._stopped:
             calibrate_daemon(self)
+            self.heap.startup_done()  # the last start-up work: its heap is frozen too
     # -- end lifecycle helper
 
     def _ready(self, restored: persist.Restored) -> None:
@@ -268,8 +270,7 @@ class Daemon:
         if restored.corrupt_files:
             self.publisher.event({"type": "snapshot_corrupt", "files": restored.corrupt_files,
                                   "used_previous": restored.used_previous})
-        gc.collect()
-        gc.freeze()  # start-up garbage out of the collector's way: fewer pauses in the loop
+        self.heap.ready()  # start-up garbage frozen; automatic full collections off
 
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
@@ -299,7 +300,7 @@ class Daemon:
         # What loaded after READY (onnxruntime, the sessions, scipy for filterpy: ~10^5
         # objects) joins the frozen start-up heap: a full collection would otherwise scan it
         # all, holding the GIL for tens of ms — the control loop ran 50 ms late behind one.
-        gc.freeze()
+        self.heap.startup_done()  # again after the calibration, the last start-up work
         self._background_done.set()
 
     # -- control thread --------------------------------------------------------------------
@@ -425,6 +426,7 @@ class Daemon:
     def _housekeeping(self, now: float) -> None:
         if self.healthy(now):
             self.notifier.watchdog()
+        self.heap.tick(now, self.executor.mode)
         if self._exec_events:
             persist_now = False
             while self._exec_events:
@@ -461,6 +463,7 @@ class Daemon:
         if self.loop is not None:
             self.loop.stop()
         self.gc_stats.uninstall()
+        self.heap.stop()
         step("control_loop")
         self.policy.stop()
         if self.decisions is not None:
