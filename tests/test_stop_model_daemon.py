@@ -222,8 +222,9 @@ class DaemonStopModel(RuleBasedStateMachine):
                 if isinstance(f.msg, Command | GAt)]
         d = self.h.daemon
         moving = bool(cmds) and cmds[-1].moves and not d.latch.latched
-        # a task or a jog may hold for a moment and move again: idle modes only hold
-        idle = d.mode() not in ("running", "manual")
+        # a task or a jog may hold for a moment and move again; a controlled hold keeps the
+        # gripper's force (a moving command): only an idle hold stream is sure to only hold
+        idle = d.mode() not in ("running", "manual") and not (cmds and cmds[-1].moves)
         g = self.h.host.guardian
         was_deadman = "deadman" in self.h.daemon.latch.state.causes
         start = self.now
