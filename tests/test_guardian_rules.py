@@ -536,7 +536,11 @@ class GuardianMachine(RuleBasedStateMachine):
     @rule(via_event=st.booleans())
     def firmware_deadman(self, via_event: bool) -> None:
         """The firmware reports its deadman tripped (the guardian was too slow)."""
-        self.pending = None
+        # a latch drops a waiting G_AT: a trip that interrupts motion, or a press seen here
+        if ((via_event or not self.fw_tripped) and self.last_cmd_moved) or (
+                not via_event and self.pressed
+                and (not self.known_pressed or not self.r.latched)):
+            self.pending = None
         self.feed_tty(Event(0, EventCode.DEADMAN_TRIP, 100) if via_event
                       else Status(0, StatusFlag.DEADMAN_TRIPPED | (
                           StatusFlag.ESTOP_INPUT if self.pressed else StatusFlag(0)),
