@@ -46,6 +46,11 @@ def test_no_automatic_full_collection_after_ready_while_young_ones_go_on(
 
 def test_the_full_collection_runs_only_at_an_idle_safe_point(keeper: HeapKeeper) -> None:
     keeper.ready()
+    for _ in range(50_000):
+        Cycle()
+    gc.collect(1)
+    assert not keeper.tick(50.0, "idle") and not keeper.tick(51.0, "idle"), (
+        "a full collection before the start-up work is done (its heap is not frozen yet)")
     keeper.startup_done()
     for _ in range(50_000):
         Cycle()
