@@ -15,6 +15,8 @@ mirror, sensor hub, snapshot store on disk — runs against `hil.sim.firmware.Fi
 
 `kill9()` drops the daemon without a clean shutdown (the old guardian sees its daemon go and
 holds); `boot()` starts a new one on the same state dir, as systemd would after a crash.
+`stall(s)` stops the daemon for `s` of virtual time, as SIGSTOP would: no control tick, and the
+guardian's frames wait for it (delivered, in order, before its first tick after the stall).
 The firmware — the robot — keeps running throughout.
 
     h = DaemonLockstep(tmp_path, seed=3, estop_hold=False)
@@ -159,6 +161,8 @@ class DaemonHost:
         self.old_guardians: list[LockstepGuardian] = []  # a killed daemon's, still holding
         self._next_tick = 0.0
         self._index = itertools.count()
+        self.stalled_until = -1.0  # the daemon is stopped (SIGSTOP) until then
+        self._held: list[Frame] = []  # frames for a stalled daemon, in order
 
     @property
     def runner(self) -> Lockstep:
@@ -176,11 +180,14 @@ class DaemonHost:
             return out
         relay = g.from_firmware(frames, now)
         if d is not None:
+            relay += [Frame(0, st) for st in g.take_states()]
+            if now < self.stalled_until - 1e-9:
+                self._held += relay
+                return out + g.take_tty()
+            relay, self._held = self._held + relay, []
             on_frame = d.mirror.on_frame
             for f in relay:
                 on_frame(f)
-            for st in g.take_states():
-                on_frame(Frame(0, st))
             if now >= self._next_tick - 1e-9:
                 self._next_tick = now + self.h.control_period_s
                 d._tick(now, next(self._index))
@@ -256,10 +263,16 @@ class DaemonLockstep:
         if d is None or g is None:
             return
         d.writer.stop()  # its thread would outlive the "process"; what it had queued lands
+        self.host._held, self.host.stalled_until = [], -1.0
         g.daemon_gone(self.runner.now)
         self.host.old_guardians = [g]
         self.host.daemon = None
         self.host.guardian = None
+
+    def stall(self, seconds: float) -> None:
+        """Stop the daemon process for `seconds` from now (SIGSTOP ... SIGCONT)."""
+        self.host.stalled_until = self.runner.now + seconds
+        self.runner.run_for(seconds)
 
     # -- the world ---------------------------------------------------------------------------
     def run_for(self, dt: float) -> None:

@@ -6,7 +6,10 @@ One `edge-agent run --sim` daemon; before each episode the simulated robot's cub
 seeded random pose inside the rig's object box (configs/rig/default.toml), then `task.start`
 goes through the control socket and the episode ends with the daemon's `task_done` event (read
 from its JSON log). Prints the success rate beside the lock-step runner's on as many episodes
-(`hil.episodes`, same robot, same rig config) measured in the same run.
+(`hil.episodes`, same robot, same rig config) measured in the same run, and the protective stops
+the daemon latched (`stop` events by cause: a `deadman` one means a pause past link.deadman_ms
+while the robot moved — issue 15's target is none over 100 episodes with telemetry on:
+`--mqtt-port 1883` with a broker there, as hil.bench_control_loop).
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per episode")
+    ap.add_argument("--mqtt-port", type=int, default=1,
+                    help="a broker's port: telemetry on (20 Hz); 1 (default): no broker")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable), e.g. control.rate_hz=500")
     args = ap.parse_args(argv)
@@ -59,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     log = tmp / "daemon.log"
     cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
            str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", "mqtt.port=1", "device.id=pty-episodes",
+    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "mqtt.telemetry_hz=20",
+              "device.id=pty-episodes",
               "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
         cmd += ["--set", s]
     with open(log, "w") as f:
@@ -109,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pty: {ok}/{len(outcomes)} = {100 * ok / max(1, len(outcomes)):.1f} % success "
           f"({wall:.0f} s wall); outcomes: "
           f"{ {o: outcomes.count(o) for o in sorted(set(outcomes))} }")
+    stops: dict[str, int] = {}
+    for line in log.read_text().splitlines():
+        if '"type": "stop"' in line:
+            try:
+                cause = str(json.loads(line).get("cause"))
+            except ValueError:
+                continue
+            stops[cause] = stops.get(cause, 0) + 1
+    print(f"stops latched (by cause): {stops or 'none'}; deadman stops: {stops.get('deadman', 0)}")
     ls = subprocess.run([sys.executable, "-m", "hil.episodes", "--n", str(args.n), "--seed",
                          str(args.seed)], capture_output=True, text=True, cwd=ROOT)
     print("lock-step, same count:", (ls.stdout.strip().splitlines() or ["(no output)"])[-1])

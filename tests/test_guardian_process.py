@@ -227,6 +227,8 @@ def test_a_timed_command_reaches_the_tty_at_its_deadline_and_a_stop_drops_it(
 
 
 def test_deadman_hold_when_the_daemon_goes_quiet(peer: FirmwarePeer) -> None:
+    """Silence past the deadman: holds on the tty and a latch — the daemon's next (stale)
+    setpoint ends the hold stream but does not reach the robot."""
     daemon = Daemon()
     client = start_client(peer, daemon)
     try:
@@ -235,10 +237,16 @@ def test_deadman_hold_when_the_daemon_goes_quiet(peer: FirmwarePeer) -> None:
         # the test sends nothing more: within the deadman the guardian streams holds
         peer.wait_for(lambda f: f.msg == HOLD, start=mark)
         st = daemon.wait_state(lambda s: s.deadman_hold)
-        assert st.cause == StopReason.DEADMAN and not st.latched
+        assert st.cause == StopReason.DEADMAN and st.latched
         m = daemon.mark()
+        after = peer.mark()
         client.send(position())
-        daemon.wait_state(lambda s: not s.deadman_hold, m)
+        st = daemon.wait_state(lambda s: not s.deadman_hold, m)
+        assert st.latched and st.cause == StopReason.DEADMAN
+        client.send(Ping(7))  # frames stay in order: once PING is through, so was the COMMAND
+        peer.wait_for(lambda f: isinstance(f.msg, Ping), start=after)
+        assert not any(f.msg.TYPE == codec.FrameType.COMMAND and f.msg.moves
+                       for f in list(peer.received)[after:]), "a stale setpoint reached the robot"
     finally:
         client.stop()
 

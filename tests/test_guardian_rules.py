@@ -18,6 +18,8 @@ from edge_agent.link.codec import (
     Command,
     Enable,
     EstopEdge,
+    Event,
+    EventCode,
     GAt,
     GReset,
     GripperMode,
@@ -148,17 +150,93 @@ def test_link_fault_latches_and_reset_waits_for_the_link() -> None:
     assert not r.latched
 
 
-def test_deadman_holds_after_silence_and_the_next_command_ends_it() -> None:
+def test_deadman_holds_and_latches_until_reset_enable_and_a_new_command() -> None:
+    """A daemon silent past the deadman may wake up with stale setpoints: the guardian holds and
+    latches (DEADMAN); the daemon's next COMMAND ends the hold stream but moves nothing until
+    G_RESET + ENABLE(1)."""
     r = up_rules()
     assert r.on_tick(1.0).tty == []  # not armed before the first command
     r.on_daemon(position(), 1.0)
     assert r.next_deadline() <= 1.0 + DEADMAN
     acts = r.on_tick(1.0 + DEADMAN)
     assert acts.tty == [LIMITS.hold()] and r.state.deadman_hold
-    assert r.state.cause == StopReason.DEADMAN and not r.latched
+    assert r.latched and r.state.cause == StopReason.DEADMAN
+    assert acts.daemon[-1].latched and acts.daemon[-1].cause == StopReason.DEADMAN
+    assert r.counters["deadman_trips"] == 1
     assert r.next_deadline() == 1.0 + DEADMAN + HOLD_PERIOD
-    r.on_daemon(position(), 1.2)
-    assert not r.state.deadman_hold
+    assert r.on_daemon(position(), 1.2).tty == []  # the stale setpoint: dropped
+    assert not r.state.deadman_hold and r.latched and r.state.cause == StopReason.DEADMAN
+    assert r.on_daemon(LIMITS.hold(), 1.21).tty == [LIMITS.hold()]  # a hold passes
+    r.on_daemon(GReset(), 1.22)
+    assert not r.latched
+    assert r.on_daemon(position(), 1.23).tty == []  # still no motion before ENABLE(1)
+    r.on_daemon(Enable(True), 1.24)
+    assert r.on_daemon(position(), 1.25).tty == [position()]
+
+
+def test_a_silence_inside_a_hold_stream_holds_without_latching_unless_motion_follows() -> None:
+    """Idle (or start-up work): the daemon streams HOLD; a pause past the deadman holds but is
+    no stop. The stream resuming with motion straight after the silence is: it may be stale."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(LIMITS.hold(), 0.0)
+    assert r.on_tick(0.1).tty == [LIMITS.hold()] and r.state.deadman_hold and not r.latched
+    r.on_daemon(LIMITS.hold(), 0.11)  # the stream is back, still holding
+    assert not r.state.deadman_hold and not r.latched
+    assert r.on_daemon(position(), 0.115).tty == [position()]  # a task starts: moves
+    r.on_daemon(LIMITS.hold(), 0.12)
+    r.on_tick(0.2)
+    assert r.on_daemon(position(), 0.21).tty == [] and r.latched  # motion right after silence
+    assert r.state.cause == StopReason.DEADMAN
+
+
+def test_commands_queued_while_the_guardian_stalled_trip_the_deadman_first() -> None:
+    """The guardian itself was stopped (its timer never fired) while the daemon kept sending:
+    the first queued COMMAND past the deadman latches, and it and the rest are dropped."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == [position()]
+    outs = [r.on_daemon(position(), 1.5) for _ in range(5)]  # read at once after the stall
+    assert r.latched and r.state.cause == StopReason.DEADMAN
+    assert all(not any(moving(m) for m in a.tty) for a in outs)
+    assert r.counters["deadman_trips"] == 1 and r.counters["dropped_motion"] == 5
+
+
+def fw_status(*, deadman: bool) -> Status:
+    return Status(0, StatusFlag.DEADMAN_TRIPPED if deadman else StatusFlag(0), 0, Z, Z, Z,
+                  0.0, 0.0, 0.0)
+
+
+def test_a_firmware_deadman_trip_latches_the_guardian_once_per_trip() -> None:
+    """The guardian itself stalled and the firmware's deadman tripped: whatever the daemon had
+    queued meanwhile must not move the arm. The flag stays set until ENABLE(1) reaches the
+    firmware, so only its rising edge latches (else no reset could ever pass)."""
+    for report in (fw_status(deadman=True), Event(0, EventCode.DEADMAN_TRIP, 120)):
+        r = up_rules()
+        r.on_daemon(Enable(True), 0.0)
+        assert r.on_daemon(position(), 0.0).tty == [position()]
+        acts = r.on_tty(report, 0.01)
+        assert r.latched and r.state.cause == StopReason.DEADMAN, report
+        assert acts.daemon[-1].cause == StopReason.DEADMAN
+        assert r.on_daemon(position(), 0.011).tty == [], report
+    r.on_tty(fw_status(deadman=True), 0.012)
+    r.on_daemon(GReset(), 0.02)
+    assert not r.latched
+    r.on_tty(fw_status(deadman=True), 0.021)  # still tripped: not a new trip
+    assert not r.latched
+    r.on_daemon(Enable(True), 0.022)
+    r.on_tty(fw_status(deadman=False), 0.023)
+    assert r.on_daemon(position(), 0.024).tty == [position()]
+    r.on_tty(fw_status(deadman=True), 0.2)  # a new trip
+    assert r.latched and r.counters["fw_deadman_reports"] == 3
+
+
+def test_state_goes_out_every_half_deadman_by_default_as_the_daemons_heartbeat() -> None:
+    r = GuardianRules(LIMITS, 0.0, deadman_s=0.05)
+    assert r.state_period_s == 0.025
+    r.on_tick(0.0)
+    assert r.next_deadline() == 0.025 and r.on_tick(0.025).daemon
+    assert GuardianRules(LIMITS, 0.0, deadman_s=5.0).state_period_s == 1.0
 
 
 def test_daemon_lost_holds_for_good() -> None:
@@ -170,7 +248,7 @@ def test_daemon_lost_holds_for_good() -> None:
 
 
 def test_state_goes_out_on_change_and_once_a_period() -> None:
-    r = GuardianRules(LIMITS, 0.0, realtime=True)
+    r = GuardianRules(LIMITS, 0.0, realtime=True, state_period_s=1.0)
     first = r.on_tick(0.0).daemon
     assert first == [GState(False, False, False, False, StopReason.NONE,
                             int(GuardianFlag.REALTIME))]
@@ -290,6 +368,10 @@ class GuardianMachine(RuleBasedStateMachine):
         self.last_hold: float | None = None
         self.daemon_lost = False
         self.pending: float | None = None  # the deadline of the G_AT that may still go out
+        self.cleared_at: float | None = None  # when a reset last cleared the latch
+        self.fw_tripped = False  # the last STATUS showed DEADMAN_TRIPPED
+        self.last_cmd_moved = False  # the last COMMAND that reached the rules asked for motion
+        self.pending_moved = False  # ... and the G_AT waiting
 
     # every input goes through here
     def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
@@ -299,6 +381,7 @@ class GuardianMachine(RuleBasedStateMachine):
             # dropped it (no latch, STOP, immediate COMMAND or daemon loss since it came)
             assert self.pending is not None and self.t >= self.pending - 2e-6
             self.pending = None
+            self.last_cmd_moved = self.pending_moved
             self.last_cmd = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
@@ -319,6 +402,7 @@ class GuardianMachine(RuleBasedStateMachine):
                         self.first_hold_after_cmd = self.t
                     self.last_hold = self.t
         if latched_before and not self.r.latched:
+            self.cleared_at = self.t
             assert reset and not self.known_pressed and self.link, "latch cleared unsafely"
         return acts
 
@@ -336,7 +420,12 @@ class GuardianMachine(RuleBasedStateMachine):
             acts = self.step(self.r.on_daemon(msg, self.t), lb, ne)
             # the waiting one goes out first; the new one at once if it came late, else it waits
             assert self.r.counters["timed_released"] - rel == old_due + new_due
+            if old_due:
+                self.last_cmd_moved = self.pending_moved
+            if new_due:
+                self.last_cmd_moved = msg.cmd.moves
             self.pending = None if new_due else due
+            self.pending_moved = msg.cmd.moves
             if old_due or new_due:
                 self.last_cmd = self.t
                 self.first_hold_after_cmd = self.last_hold = None
@@ -347,6 +436,7 @@ class GuardianMachine(RuleBasedStateMachine):
                          released_before=rel)
         if isinstance(msg, Command):
             self.last_cmd = self.t
+            self.last_cmd_moved = msg.moves
             self.first_hold_after_cmd = None
             self.last_hold = None
         return acts
@@ -378,6 +468,7 @@ class GuardianMachine(RuleBasedStateMachine):
             self.pending = None  # a press edge the guardian learns from STATUS: a latch
         self.feed_tty(status(self.pressed))
         self.known_pressed = self.pressed
+        self.fw_tripped = False
 
     @rule()
     def link_down(self) -> None:
@@ -385,6 +476,7 @@ class GuardianMachine(RuleBasedStateMachine):
         self.r.on_link(False, self.t)
         self.link = False
         self.known_pressed = False
+        self.fw_tripped = False
         assert self.r.latched
 
     @precondition(lambda self: not self.link)
@@ -440,6 +532,26 @@ class GuardianMachine(RuleBasedStateMachine):
         acts = self.step(self.r.on_daemon_lost(self.t), lb, ne)
         assert LIMITS.hold() in acts.tty
 
+    @precondition(lambda self: self.link)
+    @rule(via_event=st.booleans())
+    def firmware_deadman(self, via_event: bool) -> None:
+        """The firmware reports its deadman tripped (the guardian was too slow)."""
+        # a latch drops a waiting G_AT: a trip that interrupts motion, or a press seen here
+        if ((via_event or not self.fw_tripped) and self.last_cmd_moved) or (
+                not via_event and self.pressed
+                and (not self.known_pressed or not self.r.latched)):
+            self.pending = None
+        self.feed_tty(Event(0, EventCode.DEADMAN_TRIP, 100) if via_event
+                      else Status(0, StatusFlag.DEADMAN_TRIPPED | (
+                          StatusFlag.ESTOP_INPUT if self.pressed else StatusFlag(0)),
+                          0, Z, Z, Z, 0.0, 0.0, 0.0))
+        edge = via_event or not self.fw_tripped
+        self.known_pressed = self.known_pressed or self.pressed
+        self.fw_tripped = self.fw_tripped or not via_event
+        if edge and self.last_cmd_moved:  # a flag still set is no new trip (a reset must pass)
+            assert self.r.latched and self.r.state.cause in (
+                StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
+
     @rule(dt=st.floats(0.0, 0.3))
     def advance(self, dt: float) -> None:
         """Time passes; the caller ticks at every deadline the rules ask for, as the loop does."""
@@ -459,6 +571,13 @@ class GuardianMachine(RuleBasedStateMachine):
     def a_silent_stream_ends_in_a_hold_within_the_deadman_time(self) -> None:
         if self.last_cmd is not None and self.t - self.last_cmd >= DEADMAN:
             assert self.r.state.deadman_hold
+            if not self.last_cmd_moved:
+                return  # a silence inside a hold stream only holds
+            # latched at the trip; only a reset since then (G_RESET, not a COMMAND) clears it
+            tripped_at = self.last_cmd + DEADMAN
+            assert self.r.latched or (self.cleared_at is not None
+                                      and self.cleared_at >= tripped_at - 1e-9), (
+                "a deadman trip that does not latch")
             assert self.first_hold_after_cmd is not None
             assert self.first_hold_after_cmd <= self.last_cmd + DEADMAN + 1e-9
             assert self.last_hold is not None and self.t - self.last_hold < HOLD_PERIOD + 1e-9

@@ -160,7 +160,9 @@ def test_without_firmware_estop_hold_only_the_host_can_stop_motion(
     assert not s.status().flags & StatusFlag.DRIVES_ENABLED
 
 
-def test_deadman_trips_once_holds_and_position_command_clears(robot: RobotDescription) -> None:
+def test_deadman_trips_once_holds_and_only_enable_clears_it(robot: RobotDescription) -> None:
+    """PROTOCOL.md §4: a deadman trip latches — a host that wakes up with stale setpoints cannot
+    move the arm by sending them; only a fresh ENABLE(1) ends it."""
     s = enabled_session(robot, deadman_ms=50)
     q0 = s.status().q
     s.stream(lambda t: [q0[0] + 0.5 * t, *q0[1:]], 0.5)
@@ -173,12 +175,30 @@ def test_deadman_trips_once_holds_and_position_command_clears(robot: RobotDescri
     s.r.run_for(0.3)
     assert s.r.fw.arm.q[0] == pytest.approx(held, abs=1e-6)
     assert abs(s.r.fw.arm.dq[0]) < 1e-6
-    # HOLD commands feed the deadman but keep the trip; POSITION clears it
+    # HOLD commands feed the deadman but keep the trip; so do POSITION commands now
     s.hold(0.1)
     assert s.status().flags & StatusFlag.DEADMAN_TRIPPED
     st = s.stream([q0[0] + 0.3, *q0[1:]], 0.5)
+    assert st.flags & StatusFlag.DEADMAN_TRIPPED
+    assert s.r.fw.arm.q[0] == pytest.approx(held, abs=1e-6), "a stale setpoint moved the arm"
+    st = s.enable()
     assert not st.flags & StatusFlag.DEADMAN_TRIPPED
+    st = s.stream([q0[0] + 0.3, *q0[1:]], 0.5)
+    assert s.r.fw.arm.q[0] == pytest.approx(q0[0] + 0.3, abs=0.02)
     assert len(events(s, EventCode.DEADMAN_TRIP)) == 1
+
+
+def test_the_old_firmware_without_the_deadman_latch_lets_a_position_command_clear_it(
+        robot: RobotDescription) -> None:
+    """`firmware_deadman_latch = false`: the firmware before PROTOCOL.md §4's latch, for tests
+    that prove the host side alone keeps stale setpoints off the robot."""
+    s = enabled_session(robot, RigConfig(firmware_deadman_latch=False), deadman_ms=50)
+    q0 = s.status().q
+    s.hold(0.05)
+    s.r.run_for(0.2)
+    assert s.status().flags & StatusFlag.DEADMAN_TRIPPED
+    st = s.stream([q0[0] + 0.3, *q0[1:]], 0.5)
+    assert not st.flags & StatusFlag.DEADMAN_TRIPPED
 
 
 def test_command_ttl_overrides_the_session_deadman(robot: RobotDescription) -> None:

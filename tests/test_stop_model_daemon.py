@@ -14,6 +14,9 @@ the firmware, against DESIGN.md:
 - a restart after kill -9 comes up stopped, and a task cannot be resumed after it;
 - a sensor lost past its bound latches `sensor_bound`: no reset while it is lost, no motion when
   it returns;
+- a daemon stalled past the deadman while it moved the robot (SIGSTOP, virtual time) wakes up
+  in a latched protective stop `deadman`, in the guardian too, and no motion reaches the
+  firmware from the trip until reset + a new command; stalled while holding, it only holds;
 - every reply agrees with DESIGN.md's admission matrix (typed in again below, not imported).
 
 More examples: EDGE_STOP_MODEL_EXAMPLES=500 pytest tests/test_stop_model_daemon.py
@@ -31,7 +34,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from edge_agent.link.codec import Stop
+from edge_agent.link.codec import Command, GAt, Stop
 from hil.daemon_lockstep import DaemonLockstep, motion
 
 # DESIGN.md "Commands and admission", the cells that refuse (and the code where it is fixed).
@@ -78,6 +81,8 @@ class DaemonStopModel(RuleBasedStateMachine):
         self.pressed_at: float | None = None
         self.unclean_boot = False  # since the last kill -9 restart no task was started
         self.last_task: str | None = None
+        self.no_tty_motion_since: float | None = None  # a deadman trip: until a new command
+        self.deadman_s = self.h.cfg.link.deadman_ms / 1000.0
 
     def teardown(self) -> None:
         self.h.close()
@@ -111,6 +116,7 @@ class DaemonStopModel(RuleBasedStateMachine):
         if self._press_known() and name == "reset":
             assert not reply["ok"], ("a reset cleared the e-stop while it was pressed", reply)
         if reply["ok"] and name in PERMITS_MOTION:
+            self.no_tty_motion_since = None
             st_ = d.latch.state
             assert not st_.latched, (name, mode, st_)
             self.permit = (self.h.boots - 1, st_.generation)
@@ -142,6 +148,9 @@ class DaemonStopModel(RuleBasedStateMachine):
                 if motion(m) and self.pressed_at is not None:
                     assert t < self.pressed_at + GRACE_S, (
                         f"motion reached the firmware {t - self.pressed_at:.4f} s into a press")
+                if motion(m) and self.no_tty_motion_since is not None:
+                    assert t < self.no_tty_motion_since, (
+                        f"motion reached the firmware after a deadman trip: {m}")
             self.tty_checked = len(g.to_tty)
 
     # -- rules -------------------------------------------------------------------------------
@@ -211,6 +220,36 @@ class DaemonStopModel(RuleBasedStateMachine):
         if not self._command("resume", {"task_id": self.last_task or "none"}):
             self._command("task.start")
         self.run(max(1, ms))
+
+    @rule(ms=st.integers(0, 400))
+    def stall(self, ms: int) -> None:
+        """The daemon stops (SIGSTOP: a swap storm, a debugger) for `ms`, then continues."""
+        cmds = [f.msg.cmd if isinstance(f.msg, GAt) else f.msg for f in self.h.handed
+                if isinstance(f.msg, Command | GAt)]
+        d = self.h.daemon
+        moving = bool(cmds) and cmds[-1].moves and not d.latch.latched
+        # a task or a jog may hold for a moment and move again; a controlled hold keeps the
+        # gripper's force (a moving command): only an idle hold stream is sure to only hold
+        idle = d.mode() not in ("running", "manual") and not (cmds and cmds[-1].moves)
+        g = self.h.host.guardian
+        was_deadman = "deadman" in self.h.daemon.latch.state.causes
+        start = self.now
+        self.h.stall(ms / 1000)
+        past = ms / 1000 > self.deadman_s + 0.006  # its last frame may come a period late
+        if moving and past:
+            self.no_tty_motion_since = start + self.deadman_s + 0.006
+        self.run(5)
+        d = self.h.daemon
+        event(f"stall {'past' if past else 'inside'} the deadman, "
+              f"{'moving' if moving else 'holding'}")
+        if moving and past:
+            assert "deadman" in d.latch.state.causes, d.latch.state
+            assert d.mode() == "protective_stop", d.mode()
+            assert g is not None and g.rules.latched
+        elif not past and not was_deadman and ms / 1000 < self.deadman_s - 0.006:
+            assert "deadman" not in d.latch.state.causes, (ms, d.latch.state)
+        if idle and not was_deadman:
+            assert "deadman" not in d.latch.state.causes, ("a stall while idle", ms)
 
     @rule(ms=st.integers(20, 400))
     def unplug(self, ms: int) -> None:

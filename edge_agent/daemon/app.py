@@ -11,7 +11,6 @@ step ended (ms since exec).
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import threading
@@ -26,7 +25,9 @@ from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
 from edge_agent.config import Config
 from edge_agent.daemon import persist
+from edge_agent.daemon.deadman import GuardianWatch
 from edge_agent.daemon.handlers import register_handlers
+from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
 from edge_agent.daemon.output import CommandOutput
@@ -99,6 +100,8 @@ class Daemon:
         self.notifier = SystemdNotifier()
         self.publisher = Publisher(self)
         self.mirror = LinkMirror(self.hub, self.latch, self.publisher.event, clock=self.clock.now)
+        self.watch = GuardianWatch(self.mirror, self.latch, config.link.deadman_ms / 1000.0,
+                                   lambda: self.guardian is not None and self.guardian.ready)
         self.writer = StoreWriter(on_error=self._on_store_error)
         self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
         # stop epochs: nothing sent before the latest stop or reset moves the robot after it
@@ -137,6 +140,7 @@ class Daemon:
         self.output = CommandOutput(self._send, config.control.output_at_deadline)
         self._period = 1.0 / config.control.rate_hz
         self.gc_stats = CollectionStats()  # installed in start(): the real daemon's only
+        self.heap = HeapKeeper(self.gc_stats)  # full collections at safe points only
         self._background_done = threading.Event()
         self._bg_threads: list[threading.Thread] = []  # start-up work after READY
 
@@ -250,6 +254,7 @@ class Daemon:
         self._background_done.wait(60.0)
         if not self._stopped:
             calibrate_daemon(self)
+            self.heap.startup_done()  # the last start-up work: its heap is frozen too
     # -- end lifecycle helper
 
     def _ready(self, restored: persist.Restored) -> None:
@@ -265,8 +270,7 @@ class Daemon:
         if restored.corrupt_files:
             self.publisher.event({"type": "snapshot_corrupt", "files": restored.corrupt_files,
                                   "used_previous": restored.used_previous})
-        gc.collect()
-        gc.freeze()  # start-up garbage out of the collector's way: fewer pauses in the loop
+        self.heap.ready()  # start-up garbage frozen; automatic full collections off
 
     def _background_work(self) -> None:
         """Heavy, non-essential start-up work; each completion is an event."""
@@ -296,7 +300,7 @@ class Daemon:
         # What loaded after READY (onnxruntime, the sessions, scipy for filterpy: ~10^5
         # objects) joins the frozen start-up heap: a full collection would otherwise scan it
         # all, holding the GIL for tens of ms — the control loop ran 50 ms late behind one.
-        gc.freeze()
+        self.heap.startup_done()  # again after the calibration, the last start-up work
         self._background_done.set()
 
     # -- control thread --------------------------------------------------------------------
@@ -304,11 +308,13 @@ class Daemon:
         """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
         if self.guardian is None:
             return
+        self.watch.check(now)  # a stall latches before the first setpoint computed after it
         snap = self.hub.snapshot(now)
         with self.exec_lock:
             latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
             events = self.executor.drain_events()
+        self.watch.commanded(cmd.moves, now)
         if events:
             self._exec_events.extend(events)  # published by the main thread, not here
         # the next deadline: on the loop's schedule (lock-step time has no lateness)
@@ -420,6 +426,7 @@ class Daemon:
     def _housekeeping(self, now: float) -> None:
         if self.healthy(now):
             self.notifier.watchdog()
+        self.heap.tick(now, self.executor.mode)
         if self._exec_events:
             persist_now = False
             while self._exec_events:
@@ -443,6 +450,7 @@ class Daemon:
             self._prespawned = None
         _log.info("stopping")
         self._background_done.set()  # a calibration still waiting for its turn gives up
+        self.watch.close()  # the command stream stops now: not a deadman stop
         t0 = last = time.monotonic()
         took: dict[str, float] = {}
 
@@ -455,6 +463,7 @@ class Daemon:
         if self.loop is not None:
             self.loop.stop()
         self.gc_stats.uninstall()
+        self.heap.stop()
         step("control_loop")
         self.policy.stop()
         if self.decisions is not None:

@@ -2,7 +2,9 @@
 
 Runs on the GuardianClient's reader thread for every frame (1 kHz STATUS): the common path is a
 SensorHub update and one comparison. The hardware e-stop input and the guardian's latch are
-mirrored into the daemon's StopLatch at once; the guardian already stopped the drives.
+mirrored into the daemon's StopLatch at once; the guardian already stopped the drives. A guardian
+latched by a deadman trip (the daemon silent, or the firmware's own deadman: docs/PROTOCOL.md §4)
+trips `deadman` — except once the daemon is closing (`closing`), when its silence is expected.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class LinkMirror:
         self._latch = latch
         self._emit = emit
         self._hw_input = False
+        self.closing = False  # set at shutdown: the stream stops on purpose
         self._cond = threading.Condition()
         self.gstate: GState | None = None
         self.gstate_at: float = 0.0
@@ -114,6 +117,8 @@ class LinkMirror:
                             "cause": None if g.link_up else "serial_link"})
         if g.latched and g.cause == StopReason.ESTOP_INPUT and not self._latch.latched:
             self._latch.trip(StopCause.ESTOP_INPUT, now)
+        elif g.latched and g.cause == StopReason.DEADMAN and not self.closing:
+            self._latch.trip(StopCause.DEADMAN, now)  # no-op (False) once latched
         if (prev is None or (g.deadman_hold and not prev.deadman_hold)) and g.deadman_hold:
             self._emit({"type": "deadman_hold", "source": "guardian"})
 

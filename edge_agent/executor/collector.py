@@ -38,18 +38,68 @@ class DeferredCollection:
             gc.enable()
 
 
-class CollectionStats:
-    """How long the process's garbage collections held the GIL, per generation (`gc.callbacks`).
+class _Window:
+    """Collections per generation: how many, the longest, how many over 1 ms and 5 ms."""
 
-    A collection in any thread stops the control thread for as long as it runs: this is how
-    much of the loop's lateness it explains. `install()` once; `as_dict()` for `status`.
-    """
+    __slots__ = ("count", "max_s", "over_1ms", "over_5ms")
 
     def __init__(self) -> None:
         self.count = [0, 0, 0]
         self.max_s = [0.0, 0.0, 0.0]
         self.over_1ms = [0, 0, 0]
+        self.over_5ms = [0, 0, 0]
+
+    def record(self, gen: int, took: float) -> None:
+        self.count[gen] += 1
+        if took > self.max_s[gen]:
+            self.max_s[gen] = took
+        if took > 0.001:
+            self.over_1ms[gen] += 1
+            if took > 0.005:
+                self.over_5ms[gen] += 1
+
+    def as_dict(self) -> dict[str, object]:
+        return {"collections": list(self.count),
+                "max_ms": [round(x * 1e3, 3) for x in self.max_s],
+                "over_1ms": list(self.over_1ms), "over_5ms": list(self.over_5ms)}
+
+
+class _Ours:
+    __slots__ = ("_stats",)
+
+    def __init__(self, stats: CollectionStats) -> None:
+        self._stats = stats
+
+    def __enter__(self) -> None:
+        self._stats.explicit = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._stats.explicit = False
+
+
+class CollectionStats:
+    """How long the process's garbage collections held the GIL, per generation (`gc.callbacks`).
+
+    A collection in any thread stops the control thread for as long as it runs: this is how
+    much of the loop's lateness it explains. `install()` once; `as_dict()` for `status`: the
+    whole run, and the `after_startup` window (from `start_window()`: automatic collections
+    only) beside the `idle` ones the daemon ran itself at safe points (daemon/heap.py).
+    """
+
+    def __init__(self) -> None:
+        self.total = _Window()
+        self.after_startup: _Window | None = None
+        self.idle = _Window()
+        self.explicit = False  # the collection running now was asked for at a safe point
         self._started = 0.0
+
+    @property
+    def count(self) -> list[int]:
+        return self.total.count
+
+    @property
+    def max_s(self) -> list[float]:
+        return self.total.max_s
 
     def install(self) -> CollectionStats:
         gc.callbacks.append(self._callback)
@@ -59,19 +109,27 @@ class CollectionStats:
         if self._callback in gc.callbacks:
             gc.callbacks.remove(self._callback)
 
+    def start_window(self) -> None:
+        self.after_startup = _Window()
+
+    def ours(self) -> _Ours:
+        """`with stats.ours(): gc.collect()` — counted as an idle collection."""
+        return _Ours(self)
+
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
             return
         gen = info.get("generation", 2)
         took = time.perf_counter() - self._started
-        self.count[gen] += 1
-        if took > self.max_s[gen]:
-            self.max_s[gen] = took
-        if took > 0.001:
-            self.over_1ms[gen] += 1
+        self.total.record(gen, took)
+        if self.explicit:
+            self.idle.record(gen, took)
+        elif self.after_startup is not None:
+            self.after_startup.record(gen, took)
 
     def as_dict(self) -> dict[str, object]:
-        return {"collections": list(self.count),
-                "max_ms": [round(x * 1e3, 3) for x in self.max_s],
-                "over_1ms": list(self.over_1ms)}
+        return {**self.total.as_dict(),
+                "after_startup": (None if self.after_startup is None
+                                  else self.after_startup.as_dict()),
+                "idle": self.idle.as_dict(), "frozen": gc.get_freeze_count()}

@@ -13,12 +13,20 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   HELLO and COMMAND(HOLD) pass. G_RESET clears the latch only when the input is released and the
   link is up (so the input state is known); otherwise it is refused with a one-off
   `G_STATE(cause=RESET_REFUSED)`. After a clear, motion stays blocked until an ENABLE(1) passes.
-- Deadman: once the daemon has sent a COMMAND, silence for `deadman_s` puts a COMMAND(HOLD)
-  stream (every `hold_period_s`) on the tty and `deadman_hold` in G_STATE; the next COMMAND from
-  the daemon ends it. The daemon's end of the socketpair closing does the same, for good.
+- Deadman (§4): once the daemon has sent a COMMAND, silence for `deadman_s` puts a
+  COMMAND(HOLD) stream (every `hold_period_s`) on the tty and `deadman_hold` in G_STATE until the
+  daemon's next COMMAND. It is a latched protective stop (DEADMAN: the daemon may wake up with
+  stale setpoints; only G_RESET + ENABLE(1) end it) when the stream was moving as it went silent
+  or resumes with motion; a silence inside a HOLD stream (idle, start-up work) only holds. A
+  STATUS newly showing the firmware's DEADMAN_TRIPPED, or an EVENT DEADMAN_TRIP, latches the same
+  way; a COMMAND read past the deadman before the timer saw it (this process stalled with the
+  daemon's frames queued) trips it first. The daemon's end of the socketpair closing is a
+  deadman for good (latched).
 - Every forwarded COMMAND is clamped to the robot's joint and gripper limits; a COMMAND with the
   wrong joint count or a non-finite value is replaced by a hold.
-- G_STATE goes to the daemon on every change and every `state_period_s`.
+- G_STATE goes to the daemon on every change and every `state_period_s` (default: half the
+  deadman time, at most 1 s — the daemon's heartbeat: it counts silence past its deadman time as
+  a deadman stop).
 - Timed commands (G_AT, docs/PROTOCOL.md §5.2): the daemon computes each tick's COMMAND one
   period ahead and hands it over with its deadline; `on_tick` at that time feeds it through the
   COMMAND rules above (latch, clamp, deadman), so the frame leaves on the loop's clock whatever
@@ -38,6 +46,8 @@ from edge_agent.link.codec import (
     Command,
     Enable,
     EstopEdge,
+    Event,
+    EventCode,
     GAt,
     GReset,
     GripperMode,
@@ -48,6 +58,7 @@ from edge_agent.link.codec import (
     Mode,
     Ping,
     Status,
+    StatusFlag,
     Stop,
     StopCategory,
     StopReason,
@@ -71,6 +82,8 @@ _DUE_SLACK_S = 2e-6
 LATE_RELEASE_S = 0.0005  # a timed frame released this long after its deadline counts as late
 
 _ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
+_ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
+_DEADMAN_BIT = int(StatusFlag.DEADMAN_TRIPPED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,17 +154,19 @@ class GuardianRules:
     """The guardian's state and rules; every method takes `now` (monotonic seconds)."""
 
     def __init__(self, limits: Limits, now: float, *, deadman_s: float = 0.05,
-                 hold_period_s: float = 0.01, state_period_s: float = 1.0,
+                 hold_period_s: float = 0.01, state_period_s: float | None = None,
                  hello: Hello | None = None, realtime: bool = False,
                  start_latched: StopReason | None = None) -> None:
         self.limits = limits
         self.deadman_s = deadman_s
         self.hold_period_s = hold_period_s
-        self.state_period_s = state_period_s
+        self.state_period_s = (min(1.0, deadman_s / 2) if state_period_s is None
+                               else state_period_s)
         self.hello = hello or Hello()
         self.latched = start_latched is not None
         self.cause = start_latched or StopReason.NONE
         self.estop_input = False
+        self.fw_deadman = False  # the firmware's DEADMAN_TRIPPED as last seen
         self.link_up = False
         self.need_enable = False
         self.deadman_hold = False
@@ -160,6 +175,7 @@ class GuardianRules:
         self.version_mismatch = False
         self.realtime = realtime
         self._last_cmd_at: float | None = None  # the deadman is armed by the first COMMAND
+        self._moving = False  # the daemon's last COMMAND asked for motion
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
@@ -167,7 +183,8 @@ class GuardianRules:
         self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
-                         "holds_sent": 0, "timed_released": 0, "timed_late": 0,
+                         "holds_sent": 0, "deadman_trips": 0,
+                         "fw_deadman_reports": 0, "timed_released": 0, "timed_late": 0,
                          "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0}
 
     # -- inputs ----------------------------------------------------------------------------
@@ -175,16 +192,24 @@ class GuardianRules:
         """A frame from the firmware (it is relayed to the daemon by the caller)."""
         acts = Actions()
         if isinstance(msg, Status):  # 1 kHz: the common case must stay cheap
-            pressed = msg.estop_input
-            if pressed == self.estop_input and (self.latched or not pressed):
+            flags = int(msg.flags)
+            pressed = bool(flags & _ESTOP_BIT)
+            tripped = bool(flags & _DEADMAN_BIT)
+            if (pressed == self.estop_input and tripped == self.fw_deadman
+                    and (self.latched or not pressed)):
                 return acts  # nothing changed
             if pressed and (not self.estop_input or not self.latched):
                 self._estop(acts)  # an edge whose ESTOP_EDGE frame was lost, or not yet latched
             self.estop_input = pressed
+            if tripped and not self.fw_deadman:  # an edge (its EVENT may have been lost)
+                self._fw_deadman()
+            self.fw_deadman = tripped
         elif isinstance(msg, EstopEdge):
             if msg.pressed:
                 self._estop(acts)
             self.estop_input = msg.pressed
+        elif isinstance(msg, Event) and msg.code == EventCode.DEADMAN_TRIP:
+            self._fw_deadman()
         elif isinstance(msg, HelloAck):
             self.session_open = msg.accepted
             self.version_mismatch = not msg.accepted
@@ -197,6 +222,12 @@ class GuardianRules:
             self._on_timed(msg, now, acts)
         elif isinstance(msg, Command):
             self._drop_timed()  # sent at once: it supersedes the one computed before it
+            # Our own timer may have fired late (this process stalled, the daemon's frames
+            # queued meanwhile): a COMMAND arriving past the deadman trips it first.
+            self._deadman_due(now)
+            if self.deadman_hold and msg.moves and not self._moving:
+                self._trip_deadman()  # a hold stream resumes with motion after a silence
+            self._moving = msg.moves
             self._last_cmd_at = now
             self.deadman_hold = False
             self._next_hold_at = math.inf
@@ -239,10 +270,7 @@ class GuardianRules:
         acts = Actions()
         if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
             self._release(now, acts)
-        if (not self.deadman_hold and self._last_cmd_at is not None
-                and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
-            self.deadman_hold = True
-            self._next_hold_at = now
+        self._deadman_due(now)
         if self.deadman_hold and now >= self._next_hold_at:
             acts.tty.append(self.limits.hold())
             self.counters["holds_sent"] += 1
@@ -262,6 +290,7 @@ class GuardianRules:
         if not up:
             self.session_open = False
             self.estop_input = False  # unknown until the next frame; a pressed input is an edge
+            self.fw_deadman = False  # so is a tripped firmware deadman
             self._latch(StopReason.LINK_FAULT)
         return self._changed(Actions(), now)
 
@@ -269,6 +298,7 @@ class GuardianRules:
         """The daemon's end closed: hold now (and on every tick) for as long as we run."""
         self.daemon_lost = True
         self._drop_timed()
+        self._latch(StopReason.DEADMAN)
         self.deadman_hold = True
         self._last_cmd_at = -math.inf
         self._next_hold_at = now
@@ -312,6 +342,23 @@ class GuardianRules:
         acts.tty.insert(0, Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT))
         self.counters["stops_sent"] += 1
         self._latch(StopReason.ESTOP_INPUT)
+
+    def _deadman_due(self, now: float) -> None:
+        if (not self.deadman_hold and self._last_cmd_at is not None
+                and now >= self._last_cmd_at + self.deadman_s):  # as next_deadline() says
+            self.deadman_hold = True
+            self._next_hold_at = now
+            if self._moving:
+                self._trip_deadman()  # stale setpoints may follow: drop them
+
+    def _trip_deadman(self) -> None:
+        self.counters["deadman_trips"] += 1
+        self._latch(StopReason.DEADMAN)
+
+    def _fw_deadman(self) -> None:
+        self.counters["fw_deadman_reports"] += 1
+        if self._moving:
+            self._latch(StopReason.DEADMAN)
 
     def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
         if self._timed is not None:

@@ -32,6 +32,7 @@ class RigConfig:
     firmware_tick_us: int = 1000
     firmware_fw_version: str = "hil-sim-1"
     firmware_estop_hold: bool = True
+    firmware_deadman_latch: bool = True
     firmware_bad_frame_report_s: float = 0.1
     firmware_max_catch_up_ticks: int = 200
     motor_time_constant_s: float = 0.030

@@ -11,7 +11,8 @@ robot. One request per line, one response line per request: `{"ok": true, ...}` 
     {"cmd": "status"}                → {"state": {...true state...}, "rig": {...cpu, overruns...}}
     {"cmd": "record", "type"?: "COMMAND", "since"?: <monotonic s>, "since_fw_us"?: N,
      "limit"?: N, "where"?: {"mode": "POSITION"}}      → {"frames": [...], "total": N}
-    {"cmd": "set", "key": "firmware_estop_hold", "value": false}   (also "object_xyz": [x,y,z])
+    {"cmd": "set", "key": "firmware_estop_hold", "value": false}   (also "object_xyz": [x,y,z],
+                                                                   "firmware_deadman_latch")
     {"cmd": "faults"}                → {"active": [...], "history": [...]}
     {"cmd": "latency", "clear"?: true} → {"estop_reaction_us": [...],
                                           "estop_wire_reaction_us": [...], "unanswered": N}
@@ -134,6 +135,11 @@ class ControlHandler:
                 raise ValueError("firmware_estop_hold takes true or false")
             for fw in fws:
                 fw.estop_hold = value
+        elif key == "firmware_deadman_latch":
+            if not isinstance(value, bool):
+                raise ValueError("firmware_deadman_latch takes true or false")
+            for fw in fws:
+                fw.deadman_latch = value
         elif key == "object_xyz":
             if (not isinstance(value, list) or len(value) != 3
                     or not all(isinstance(v, int | float) for v in value)):
@@ -141,7 +147,8 @@ class ControlHandler:
             for fw in fws:
                 fw.obj.place(value)
         else:
-            raise ValueError(f"unknown key {key!r}; keys: firmware_estop_hold, object_xyz")
+            raise ValueError(f"unknown key {key!r}; keys: firmware_estop_hold, "
+                             "firmware_deadman_latch, object_xyz")
         return {"key": key, "value": value}
 
 

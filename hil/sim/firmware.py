@@ -8,7 +8,9 @@ seconds (time.monotonic() on the pty, virtual time in lock-step); firmware time 
 deterministic given its seed and the reception times of the host's frames.
 
 Behaviour beyond PROTOCOL.md, chosen here: COMMANDs while the drives are off or a stop is latched
-re-arm the deadman but move nothing; STOP(category 2) holds at once and latches until ENABLE(1);
+re-arm the deadman but move nothing; STOP(category 2) holds at once and latches until ENABLE(1),
+and so does a deadman trip (PROTOCOL.md §4; `firmware_deadman_latch = false` brings back the old
+firmware that a POSITION COMMAND released, for tests that prove the host side alone holds);
 the firmware's own hold (deadman, STOP, e-stop) acts at once, host references go through the
 transport delay; the gripper is self-locking (keeps opening and force when the drives go off).
 """
@@ -66,6 +68,7 @@ class Firmware:
         self.tick_us = rig.firmware_tick_us
         self.dt = rig.tick_s
         self.estop_hold = rig.firmware_estop_hold
+        self.deadman_latch = rig.firmware_deadman_latch
         self.record = record if record is not None else FrameRecord()
         self.faults = FaultEngine(robot, rig, random.Random(f"{seed}:faults"))
         self.sensors = SensorModel(robot, rig, random.Random(f"{seed}:noise"),
@@ -278,8 +281,8 @@ class Firmware:
         self._last_cmd_rx_us = rx_us
         self._deadman_expiry_us = rx_us + 1000 * (cmd.ttl_ms or self.deadman_ms)
         self._deadman_armed = True
-        if cmd.mode == Mode.POSITION:
-            self.deadman_tripped = False
+        if cmd.mode == Mode.POSITION and not self.deadman_latch:
+            self.deadman_tripped = False  # the old firmware: no ENABLE(1) needed
         if not arm.enabled or self.estop_latched or self.stop_hold or self.deadman_tripped:
             return
         self.counters["commands_applied"] += 1

@@ -101,6 +101,7 @@ class StatusBuilder:
             "estop_hold": fw.estop_hold,
             "stop_hold": fw.stop_hold,
             "deadman_tripped": fw.deadman_tripped,
+            "deadman_latch": fw.deadman_latch,
             "holding": fw.holding,
             "flags": fw.flags(),
             "q": list(arm.q),

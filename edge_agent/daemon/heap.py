@@ -1,0 +1,93 @@
+"""Garbage collection at safe points: no full collection while the robot moves.
+
+A full (generation-2) collection scans every tracked object that is not frozen and holds the GIL
+throughout: `status.loop.gc` showed 27-38 ms during tasks although start-up froze its heap
+(`gc.freeze()`) — what start-up work, calibration and tasks left behind since is scanned again on
+every automatic full collection, and a pause past `link.deadman_ms` while moving is a latched
+deadman stop (docs/PROTOCOL.md §4). So, from READY on:
+
+- automatic full collections are off (generation 2's threshold out of reach); generations 0 and
+  1 (young objects only: well under a millisecond) run as before, outside the control tick
+  (executor/collector.py);
+- the full collection runs here, from the main thread's housekeeping, at a safe point: the
+  executor idle or holding (no task moving, no jog) for `idle_s`, and something to collect (a
+  generation-1 collection since the last one). Survivors are then frozen, so the next one scans
+  only what came after;
+- once the start-up work after READY is done (estimators, model, calibration), what it loaded
+  joins the frozen heap at once (`startup_done`); collections from then on are the
+  `after_startup` window of `status.loop.gc` (tasks' pauses), ours are `idle` there. None of
+  ours runs before: it would scan the start-up heap (77 ms seen on a loaded 2-CPU VM).
+
+A daemon that never idles never runs a full collection: cyclic garbage waits for the next idle
+moment (reference counting frees everything else at once).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from edge_agent.executor.collector import CollectionStats
+from edge_agent.log import get_logger
+
+_log = get_logger(__name__)
+
+_OUT_OF_REACH = 1 << 30  # generation-1 collections before an automatic full one: never
+MOVING_MODES = frozenset({"running", "manual"})
+
+
+class HeapKeeper:
+    """`ready()` at READY, `startup_done()` after the start-up work, `tick()` from housekeeping."""
+
+    def __init__(self, stats: CollectionStats, *, idle_s: float = 0.5,
+                 min_interval_s: float = 5.0) -> None:
+        self.stats = stats
+        self.idle_s = idle_s
+        self.min_interval_s = min_interval_s
+        self._idle_since: float | None = None
+        self._last_at = -float("inf")
+        self._saved_threshold: tuple[int, int, int] | None = None
+        self.idle_collections = 0
+        self._armed = False  # from startup_done(): before it, the start-up heap is unfrozen
+
+    def ready(self) -> None:
+        """Start-up garbage out of the collector's way; automatic full collections off."""
+        gc.collect()
+        gc.freeze()
+        t0, t1, t2 = gc.get_threshold()
+        if self._saved_threshold is None:
+            self._saved_threshold = (t0, t1, t2)
+        gc.set_threshold(t0, t1, _OUT_OF_REACH)
+
+    def startup_done(self) -> None:
+        """What the start-up work loaded (onnxruntime, scipy, calibration: ~10^5 objects) is
+        never scanned again; the stats' `after_startup` window opens."""
+        gc.freeze()
+        self.stats.start_window()
+        self._armed = True
+
+    def tick(self, now: float, mode: str) -> bool:
+        """A full collection now if this is a safe point; True if it ran."""
+        if not self._armed or mode in MOVING_MODES:
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = now
+        if (now - self._idle_since < self.idle_s or now - self._last_at < self.min_interval_s
+                or gc.get_count()[2] == 0):
+            return False
+        self._last_at = now
+        t0 = time.perf_counter()
+        with self.stats.ours():
+            gc.collect()
+        gc.freeze()
+        self.idle_collections += 1
+        _log.debug("idle_collection", ms=round((time.perf_counter() - t0) * 1e3, 3),
+                   frozen=gc.get_freeze_count())
+        return True
+
+    def stop(self) -> None:
+        """Give the interpreter its thresholds back (tests run many daemons in one process)."""
+        if self._saved_threshold is not None:
+            gc.set_threshold(*self._saved_threshold)
+            self._saved_threshold = None
