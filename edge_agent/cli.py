@@ -2,7 +2,9 @@
 
     edge-agent run --config PATH [--sim] [--eager] [--set KEY=VALUE ...]
     edge-agent check-config PATH [--sim] [--set KEY=VALUE ...] [--print]
-    edge-agent cmd NAME [JSON] [--config PATH] [--timeout S]
+    edge-agent cmd NAME [JSON] [--config PATH | --device ID] [--json] [--timeout S]
+    edge-agent status [--config PATH | --device ID] [--json]
+    edge-agent doctor [--config PATH] [--json]
     edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent version
@@ -29,10 +31,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_agent import __version__
-from edge_agent.errors import ConfigError, EdgeAgentError
+from edge_agent.errors import ConfigError
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
@@ -92,23 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--print", action="store_true", dest="show",
                      help="also print the effective config as JSON (secrets as ***)")
 
-    cmd = sub.add_parser(
-        "cmd", help="send a command to the running daemon and print the reply",
-        description="Send one command to the running daemon (over its local control socket "
-                    "when it exists, else MQTT) and print the reply as JSON. Commands: "
-                    "task.start, task.cancel, resume, reset, estop, manual.enter, manual.jog, "
-                    "manual.exit, status, model.update, failure.inject.")
-    cmd.add_argument("name", metavar="NAME", help="the command, e.g. status, estop, reset")
-    cmd.add_argument("args", metavar="JSON", nargs="?", default="{}",
-                     help="the command's arguments as a JSON object, e.g. '{\"task\": "
-                          "\"pick_place\"}' (the id is added for you)")
-    cmd.add_argument("--config", metavar="PATH",
-                     default=os.environ.get("EDGE_AGENT_CONFIG", DEFAULT_CONFIG),
-                     help="the daemon's config, to find its socket and broker (default: "
-                          "$EDGE_AGENT_CONFIG, else %(default)s)")
-    cmd.add_argument("--timeout", type=float, default=5.0, metavar="S",
-                     help="seconds to wait for the reply (default: %(default)s)")
+    from edge_agent.comms.cmd_cli import add_parsers as add_cmd_parsers
 
+    add_cmd_parsers(sub)  # `cmd`, `status` (edge_agent/comms/cmd_cli.py)
     sub.add_parser("version", help="print the version, wire protocol and config schema")
     from edge_agent.journal_cli import add_parser as add_journal_parser
 
@@ -205,52 +193,9 @@ def _cmd_check(a: argparse.Namespace) -> int:
 
 
 def _cmd_cmd(a: argparse.Namespace) -> int:
-    try:
-        args: Any = json.loads(a.args)
-    except json.JSONDecodeError as exc:
-        print(f"error: JSON arguments: {exc.msg} at column {exc.colno}", file=sys.stderr)
-        return EXIT_USAGE
-    if not isinstance(args, dict):
-        print("error: JSON arguments must be an object, e.g. '{\"task\": \"pick_place\"}'",
-              file=sys.stderr)
-        return EXIT_USAGE
-    if a.timeout <= 0:
-        print("error: --timeout must be > 0", file=sys.stderr)
-        return EXIT_USAGE
-    from edge_agent.config import load_config
+    from edge_agent.comms.cmd_cli import run as cmd_run
 
-    try:
-        cfg = load_config(a.config, sim=True)  # the daemon may run with --sim: no link.port
-    except ConfigError as exc:
-        print(_config_error(exc, a.config), file=sys.stderr)
-        return EXIT_FAIL
-    try:
-        from edge_agent.comms.client import MqttTarget, send_command
-        from edge_agent.comms.mqtt_common import TlsOptions
-    except ImportError as exc:
-        if _missing_module(exc, "edge_agent.comms.client", "edge_agent.comms.mqtt_common"):
-            return _not_yet("`cmd` (edge_agent.comms.client.send_command)", exc)
-        raise
-    m = cfg.mqtt
-    tls = None
-    if m.tls.enabled:
-        tls = TlsOptions(ca_file=_str(m.tls.ca_file), cert_file=_str(m.tls.cert_file),
-                         key_file=_str(m.tls.key_file), server_hostname_check=not m.tls.insecure)
-    target = MqttTarget(device_id=cfg.device.id, host=m.host, port=m.port, username=m.username,
-                        password=m.password.reveal() if m.password else None, tls=tls,
-                        topic_prefix=m.topic_prefix, protocol=m.protocol)
-    try:
-        reply = send_command(a.name, args, socket_path=cfg.state_dir / "control.sock",
-                             mqtt=target, timeout=a.timeout)
-    except (EdgeAgentError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NO_REPLY
-    print(json.dumps(reply, indent=2 if sys.stdout.isatty() else None))
-    return EXIT_OK if reply.get("ok") else EXIT_FAIL
-
-
-def _str(p: object) -> str | None:
-    return None if p is None else str(p)
+    return cmd_run(a)
 
 
 def _cmd_version(a: argparse.Namespace) -> int:
@@ -276,7 +221,7 @@ def _cmd_journal(a: argparse.Namespace) -> int:
 
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
-             "version": _cmd_version, "watch": _cmd_watch}
+             "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
