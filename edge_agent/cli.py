@@ -104,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.comms.watch_cli import add_parser as add_watch_parser
 
     add_watch_parser(sub)  # `watch` (edge_agent/comms/watch_cli.py)
+    from edge_agent.doctor.cli import add_parser as add_doctor_parser
+
+    add_doctor_parser(sub)  # `doctor` (edge_agent/doctor/)
     return p
 
 
@@ -214,6 +217,12 @@ def _cmd_watch(a: argparse.Namespace) -> int:
     return watch_run(a)
 
 
+def _cmd_doctor(a: argparse.Namespace) -> int:
+    from edge_agent.doctor.cli import run as doctor_run
+
+    return doctor_run(a)
+
+
 def _cmd_journal(a: argparse.Namespace) -> int:
     from edge_agent.journal_cli import run as journal_run
 
@@ -221,7 +230,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
 
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
-             "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd}
+             "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd,
+             "doctor": _cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
