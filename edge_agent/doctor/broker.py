@@ -1,12 +1,13 @@
 """Doctor checks of the broker: TLS files, login as the device, what its ACL lets it do.
 
-It logs in as the daemon does (username, password, TLS; a client id of its own) and asks for what the
-daemon needs: subscriptions to its commands and the fleet e-stop (the SUBACK says granted or
-not), and a QoS 1 publish on one of its own topics (`<prefix>/reply/doctor`: MQTT 5 brokers
-answer a publish the ACL denies with PUBACK reason 0x87; Mosquitto does). The documented ACL
-gives a device no topic it may both write and read, so the round trip is the broker's answer
-to each request. Under MQTT 3.1.1 a denied publish is acknowledged like any other: the write
-check is then reported as unproven.
+It logs in as the daemon does (username, password, TLS; a client id of its own) and asks for
+what the daemon needs: subscriptions to its commands and the fleet e-stop, and a QoS 1 publish on
+one of its own topics (`<prefix>/reply/doctor`: MQTT 5 brokers answer a publish the ACL denies
+with PUBACK reason 0x87; Mosquitto does). The documented ACL gives a device no topic it may both
+write and read, so the round trip is the broker's answer to each request — which proves
+writing, not reading: Mosquitto grants every subscription and filters at delivery (a refused
+SUBACK is reported; a granted one is no proof). Under MQTT 3.1.1 a denied publish is
+acknowledged like any other: the write check is then reported as unproven.
 
 While this device's daemon runs, doctor does not log in (with `use_username_as_clientid` the
 broker would disconnect the daemon): it asks the daemon whether its MQTT session is up.
@@ -83,8 +84,9 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
     try:
         # its own client id: where the broker does not force id = username, a daemon of this
         # device elsewhere is not disconnected by the check
-        client = make_client(f"{device}-doctor-{uuid.uuid4().hex[:6]}", protocol=m.protocol, username=user,
-                             password=m.password.reveal() if m.password else None, tls=tls)
+        client = make_client(f"{device}-doctor-{uuid.uuid4().hex[:6]}", protocol=m.protocol,
+                             username=user, tls=tls,
+                             password=m.password.reveal() if m.password else None)
     except (OSError, ssl.SSLError, ValueError) as exc:
         return [error("broker", f"TLS set-up: {exc}", "check mqtt.tls.* files (PEM)")]
     client.on_connect = lambda c, u, f, rc, p: events.put(("connect", rc))
@@ -123,7 +125,10 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
             out.append(error("broker_acl", f"subscription refused: {', '.join(refused)} (the "
                                            "device would never receive commands there)", ACL_FIX))
         else:
-            out.append(ok("broker_acl", f"may subscribe to {', '.join(filters)}"))
+            # Mosquitto grants every subscription and filters at delivery: a grant does not
+            # prove the ACL lets the commands through (the first command over MQTT does)
+            out.append(ok("broker_acl", f"subscriptions granted: {', '.join(filters)} (the "
+                                        "broker may still filter what it delivers)"))
         props = None
         if v5:
             props = mqtt_properties(PacketTypes.PUBLISH)

@@ -37,6 +37,8 @@ def add_parser(sub: Any) -> None:
                    help="the daemon's config (default: $EDGE_AGENT_CONFIG, else %(default)s)")
     p.add_argument("--sim", action="store_true",
                    help="check as `run --sim` would (no tty: the simulated robot brings its own)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key as `run --set` does (repeatable)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--timeout", type=float, default=5.0, metavar="S",
                    help="seconds to wait for the broker at each step (default: %(default)s)")
@@ -64,7 +66,7 @@ def run(a: argparse.Namespace) -> int:
     log.configure(level=log.WARNING)  # the parts' info lines (model_installed...) are noise here
     findings: list[Finding] = []
     try:
-        cfg = load_config(a.config, sim=a.sim)
+        cfg = load_config(a.config, a.set, sim=a.sim)
     except ConfigError as exc:
         msg = str(exc) if exc.source else f"{a.config}: {exc}"
         findings.append(error("config", msg, "fix that key (`edge-agent check-config PATH` "
