@@ -116,7 +116,8 @@ def format_status(r: Mapping[str, Any], *, color: bool = False) -> str:
     rows.append(("Mode", mode_text))
 
     if stop is not None:
-        kind = str(stop.get("kind", "?")).replace("_", " ")
+        kind = {"estop": "e-stop"}.get(str(stop.get("kind")), str(stop.get("kind", "?")))
+        kind = kind.replace("_", " ")
         causes = [c for c in stop.get("causes") or [] if c != stop.get("cause")]
         text = f"{kind}, cause {stop.get('cause')}"
         if causes:

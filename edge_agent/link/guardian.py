@@ -64,7 +64,11 @@ def _log(event: str, **kw: Any) -> None:
     rec: dict[str, Any] = {"ts": log.iso_utc(time.time()), "level": kw.pop("level", "info"),
                            "logger": "edge_agent.link.guardian", "event": event,
                            "pid": os.getpid(), **kw}
-    line = log.render_json(rec) if _LOG_JSON[0] else log.render_console(rec, _LOG_COLOR[0])
+    if _LOG_JSON[0]:
+        line = log.render_json(rec)  # `logger` says whose line it is
+    else:  # the console format drops `logger`: the event name says it
+        rec["event"] = f"guardian.{event}"
+        line = log.render_console(rec, _LOG_COLOR[0])
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
