@@ -67,7 +67,7 @@ def _format_accepted(name: str, result: Mapping[str, Any], paint: _Paint) -> str
         "resume": f"task {task} resumed" + (f" in {result['state']}" if result.get("state")
                                              else ""),
         "estop": "e-stop latched",
-        "reset": "reset",
+        "reset": "reset: nothing moves until the next command",
         "manual.enter": "manual mode",
         "manual.exit": "left manual mode",
     }.get(name, f"{name}: ok")
@@ -192,7 +192,7 @@ def _loop(loop: Mapping[str, Any], paint: _Paint) -> str:
     if isinstance(p99, int | float):
         ok = p99 <= LATE_P99_TARGET_MS
         parts.append(paint(f"late P99 {p99:g} ms", _GREEN if ok else _YELLOW)
-                     + f" (target ≤ {LATE_P99_TARGET_MS:g})")
+                     + f" (target ≤ {LATE_P99_TARGET_MS:g} ms)")
     if ticks:
         frac = missed / ticks
         ok = frac <= MISSED_TARGET

@@ -57,6 +57,14 @@ def check_tty(cfg: Config) -> list[Finding]:
         fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM):
+            if group == UNIT_GROUP and st.st_mode & stat.S_IRGRP and st.st_mode & stat.S_IWGRP:
+                # `sudo -u edge-agent doctor` lacks what the unit adds: not a miss of the install
+                return [warn("tty", f"{port}: uid {os.getuid()} cannot open it, but the unit's "
+                                    f"SupplementaryGroups={UNIT_GROUP} gives the service "
+                                    f"group read-write ({_owner(st)} "
+                                    f"{stat.S_IMODE(st.st_mode):04o})",
+                             "nothing for the service; to run edge-agent by hand: "
+                             f"`sudo usermod -aG {UNIT_GROUP} $USER` and log in again")]
             return [error("tty", f"{port}: permission denied for uid {os.getuid()} (the device "
                                  f"is {_owner(st)} {stat.S_IMODE(st.st_mode):04o})",
                           _group_fix(group))]
@@ -101,8 +109,8 @@ def _owner(st: os.stat_result) -> str:
 
 def _group_fix(group: str) -> str:
     if group == UNIT_GROUP:
-        return (f"the service gets it through the unit's SupplementaryGroups={UNIT_GROUP}; "
-                f"to run it yourself: `sudo usermod -aG {UNIT_GROUP} $USER` and log in again")
+        return (f"give group {UNIT_GROUP} read-write on it (a udev rule: MODE=\"0660\", "
+                f"GROUP=\"{UNIT_GROUP}\")")
     return (f"the device's group is {group}, not {UNIT_GROUP}: add a drop-in "
             f"(`systemctl edit edge-agent`) with [Service] SupplementaryGroups={group}, or a "
             f"udev rule giving it group {UNIT_GROUP}")
@@ -131,8 +139,8 @@ def check_realtime(cfg: Config) -> list[Finding]:
         return [ok("realtime", f"SCHED_FIFO {want} allowed (RLIMIT_RTPRIO {limit}"
                                f"{', root' if os.geteuid() == 0 else ''})")]
     return [warn("realtime", f"SCHED_FIFO {want} refused ({got[0] if got else '?'}; "
-                             f"RLIMIT_RTPRIO {limit}): the guardian and the control loop would "
-                             "run SCHED_OTHER and jitter under load",
+                             f"RLIMIT_RTPRIO {limit}): run like this, the guardian and the "
+                             "control loop would run SCHED_OTHER and jitter under load",
                  f"the unit grants it with LimitRTPRIO={want} (systemd/edge-agent.service); "
                  f"outside systemd: `ulimit -r {want}` or a line `<user> - rtprio {want}` in "
                  "/etc/security/limits.d/edge-agent.conf (or CAP_SYS_NICE)")]
