@@ -13,7 +13,9 @@ Exit codes:
     0    success (check-config: valid; cmd: the reply says ok)
     1    check-config: the config is invalid; cmd: refused (reply ok=false) or bad config
     2    usage error (arguments, JSON), or a part this build does not have yet
+    2    cmd: several daemons run here and none was named (--device ID), or none was found
     3    cmd: no reply (daemon not reachable, timeout)
+    doctor: 0 all ok, 1 a warning, 2 an error (edge_agent/doctor/)
     78   run: the config is invalid (EX_CONFIG; the unit's RestartPreventExitStatus=78 keeps
          systemd from restart-looping on a config that can never start)
     130  interrupted (Ctrl-C)
@@ -52,11 +54,13 @@ examples:
   edge-agent run --config configs/sim.toml --sim          simulated robot on a pty
   edge-agent run --config /etc/edge-agent/edge-agent.toml real robot (as the systemd service does)
   edge-agent check-config /etc/edge-agent/edge-agent.toml validate before restarting the service
-  edge-agent cmd status                                   ask the running daemon for its state
+  edge-agent doctor --config /etc/edge-agent/edge-agent.toml  check this machine, with fixes
+  edge-agent status                                       the running daemon's state (= cmd status)
   edge-agent cmd estop                                    e-stop (the hardware button still rules)
   edge-agent cmd task.start '{"task": "pick_place"}'
 
 exit codes: 0 ok, 1 invalid config / command refused, 2 usage, 3 no reply, 78 run: invalid config
+            (doctor: 0 ok, 1 warning, 2 error)
 """
 
 
