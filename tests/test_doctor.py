@@ -28,13 +28,14 @@ MODEL = REPO / "models" / "pick-place-policy.onnx"
 OPERATOR_ONLY_ACL = "user operator\ntopic readwrite edge/#\n"
 
 
-def doctor(*sets: str, sim: bool = False,
-           user: str | None = None) -> tuple[int, list[dict[str, Any]]]:
+def doctor(*sets: str, sim: bool = False, user: str | None = None,
+           args: tuple[str, ...] = ()) -> tuple[int, list[dict[str, Any]]]:
     """Run `edge-agent doctor --json` (as `user` via setpriv when given); exit code, findings."""
     cmd = [sys.executable, "-m", "edge_agent.cli", "doctor", "--config", str(SIM), "--json",
            "--timeout", "10"]
     if sim:
         cmd.append("--sim")
+    cmd += args
     for s in sets:
         cmd += ["--set", s]
     if user is not None:
@@ -174,3 +175,26 @@ def test_the_exit_code_is_the_worst_finding_and_the_text_output_gives_the_fix(
     assert "fix:" in lines[i + 1] and "mosquitto_passwd" in lines[i + 1]
     assert lines[-1].endswith("exit 2"), lines[-1]
     assert "\x1b[" not in out.stdout  # no colour when not a terminal
+
+
+def test_a_unit_that_does_not_grant_the_priorities_is_reported(
+        tmp_path: Path, broker: Mosquitto, state_dir: Path) -> None:
+    shipped = REPO / "systemd" / "edge-agent.service"
+    base = _device_sets(broker, state_dir, MQTT_USERS["dev1"])
+    rc, findings = doctor(*base, sim=True, args=("--unit", str(shipped)))
+    (unit,) = by_check(findings, "unit")
+    assert unit["level"] == "ok" and "LimitRTPRIO=30" in unit["message"], unit
+
+    stripped = tmp_path / "edge-agent.service"
+    stripped.write_text("\n".join(ln for ln in shipped.read_text().splitlines()
+                                  if not ln.startswith("LimitRTPRIO=")))
+    rc, findings = doctor(*base, sim=True, args=("--unit", str(stripped)))
+    assert rc >= 1
+    (unit,) = by_check(findings, "unit")
+    assert unit["level"] == "warn" and "LimitRTPRIO=unset" in unit["message"], unit
+    assert "LimitRTPRIO=30" in unit["fix"]
+    # a drop-in that grants it is read too
+    (tmp_path / "edge-agent.service.d").mkdir()
+    (tmp_path / "edge-agent.service.d" / "rt.conf").write_text("[Service]\nLimitRTPRIO=40\n")
+    rc, findings = doctor(*base, sim=True, args=("--unit", str(stripped)))
+    assert by_check(findings, "unit")[0]["level"] == "ok", findings

@@ -39,18 +39,24 @@ def add_parser(sub: Any) -> None:
                    help="check as `run --sim` would (no tty: the simulated robot brings its own)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config key as `run --set` does (repeatable)")
+    p.add_argument("--unit", metavar="PATH", default=None,
+                   help="the systemd unit to check (default: the installed edge-agent.service; "
+                        "e.g. systemd/edge-agent.service before installing it)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--timeout", type=float, default=5.0, metavar="S",
                    help="seconds to wait for the broker at each step (default: %(default)s)")
 
 
-def checks(cfg: Config, *, sim: bool, timeout: float) -> list[Callable[[], list[Finding]]]:
+def checks(cfg: Config, *, sim: bool, timeout: float,
+           unit: str | None = None) -> list[Callable[[], list[Finding]]]:
     from edge_agent.doctor import broker, host, model
+    from edge_agent.doctor import unit as unit_check
 
     out: list[Callable[[], list[Finding]]] = []
     if not sim:
         out.append(lambda: host.check_tty(cfg))
-    out += [lambda: host.check_realtime(cfg), host.check_memory,
+    out += [lambda: host.check_realtime(cfg), lambda: unit_check.check_unit(cfg, unit),
+            host.check_memory,
             lambda: host.check_state_dir(cfg), lambda: broker.check_tls_files(cfg),
             lambda: broker.check_broker(cfg, timeout), lambda: model.check_model(cfg),
             lambda: model.check_providers(cfg), host.check_clock]
@@ -76,7 +82,7 @@ def run(a: argparse.Namespace) -> int:
                                                 f"hash {cfg.hash})"))
     findings += [Finding("config", Level.WARN, w, "see configs/sim.toml for the key")
                  for w in cfg.warnings]
-    for check in checks(cfg, sim=a.sim, timeout=a.timeout):
+    for check in checks(cfg, sim=a.sim, timeout=a.timeout, unit=a.unit):
         try:
             findings += check()
         except Exception as exc:  # a check that crashes is a finding, never a traceback

@@ -52,7 +52,7 @@ def check_tty(cfg: Config) -> list[Finding]:
         return [error("tty", f"{port} is not a character device (not a tty)",
                       "link.port must name the serial adapter (/dev/ttyUSB*, /dev/ttyACM*, "
                       "/dev/serial/by-id/...)")]
-    group = _group_name(st.st_gid)
+    group = group_name(st.st_gid)
     try:
         fd = os.open(port, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as exc:
@@ -90,7 +90,7 @@ def check_tty(cfg: Config) -> list[Finding]:
     return out
 
 
-def _group_name(gid: int) -> str:
+def group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
@@ -104,7 +104,7 @@ def _owner(st: os.stat_result) -> str:
         user = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
         user = str(st.st_uid)
-    return f"{user}:{_group_name(st.st_gid)}"
+    return f"{user}:{group_name(st.st_gid)}"
 
 
 def _group_fix(group: str) -> str:
@@ -288,3 +288,4 @@ def _timedatectl(prop: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
+
