@@ -120,6 +120,8 @@ def _answers(path: Path, timeout: float = 0.5) -> bool:
     s.settimeout(timeout)
     try:
         s.connect(str(path))
+    except PermissionError:
+        return True  # it listens; this user may not talk to it (the reply error says so)
     except OSError:
         return False
     finally:
