@@ -39,9 +39,9 @@ COMMANDS = ("task.start, task.cancel, resume, reset, estop, manual.enter, manual
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="PATH", default=None,
-                   help="the daemon's config, to find its socket and broker (default: the "
-                        "running daemon published in the runtime directory, else "
-                        f"$EDGE_AGENT_CONFIG, else {DEFAULT_CONFIG})")
+                   help="the daemon's config, to find its socket and broker (default: "
+                        "$EDGE_AGENT_CONFIG, else the one daemon running here, else "
+                        f"{DEFAULT_CONFIG}; see below)")
     p.add_argument("--device", metavar="ID", default=None,
                    help="which daemon, when several run on this machine (their device ids)")
     p.add_argument("--timeout", type=float, default=5.0, metavar="S",
