@@ -2,7 +2,9 @@
 
     edge-agent run --config PATH [--sim] [--eager] [--set KEY=VALUE ...]
     edge-agent check-config PATH [--sim] [--set KEY=VALUE ...] [--print]
-    edge-agent cmd NAME [JSON] [--config PATH] [--timeout S]
+    edge-agent cmd NAME [JSON] [--config PATH | --device ID] [--json] [--timeout S]
+    edge-agent status [--config PATH | --device ID] [--json]
+    edge-agent doctor [--config PATH] [--json]
     edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent model keygen --out KEY | model sign MODEL --key KEY | model verify MODEL ...
@@ -12,7 +14,9 @@ Exit codes:
     0    success (check-config: valid; cmd: the reply says ok)
     1    check-config: the config is invalid; cmd: refused (reply ok=false) or bad config
     2    usage error (arguments, JSON), or a part this build does not have yet
+    2    cmd: several daemons run here and none was named (--device ID), or none was found
     3    cmd: no reply (daemon not reachable, timeout)
+    doctor: 0 all ok, 1 a warning, 2 an error (edge_agent/doctor/)
     75   run: another daemon holds the state dir's lock (the message names its pid); nothing
          in the state dir was touched
     78   run: the config is invalid (EX_CONFIG; the unit's RestartPreventExitStatus=78 keeps
@@ -33,10 +37,10 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_agent import __version__
-from edge_agent.errors import ConfigError, EdgeAgentError
+from edge_agent.errors import ConfigError
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
@@ -55,11 +59,13 @@ examples:
   edge-agent run --config configs/sim.toml --sim          simulated robot on a pty
   edge-agent run --config /etc/edge-agent/edge-agent.toml real robot (as the systemd service does)
   edge-agent check-config /etc/edge-agent/edge-agent.toml validate before restarting the service
-  edge-agent cmd status                                   ask the running daemon for its state
+  edge-agent doctor --config /etc/edge-agent/edge-agent.toml  check this machine, with fixes
+  edge-agent status                                       the running daemon's state (= cmd status)
   edge-agent cmd estop                                    e-stop (the hardware button still rules)
   edge-agent cmd task.start '{"task": "pick_place"}'
 
 exit codes: 0 ok, 1 invalid config / command refused, 2 usage, 3 no reply, 78 run: invalid config
+            (doctor: 0 ok, 1 warning, 2 error)
 """
 
 
@@ -97,23 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     chk.add_argument("--print", action="store_true", dest="show",
                      help="also print the effective config as JSON (secrets as ***)")
 
-    cmd = sub.add_parser(
-        "cmd", help="send a command to the running daemon and print the reply",
-        description="Send one command to the running daemon (over its local control socket "
-                    "when it exists, else MQTT) and print the reply as JSON. Commands: "
-                    "task.start, task.cancel, resume, reset, estop, manual.enter, manual.jog, "
-                    "manual.exit, status, model.update, failure.inject.")
-    cmd.add_argument("name", metavar="NAME", help="the command, e.g. status, estop, reset")
-    cmd.add_argument("args", metavar="JSON", nargs="?", default="{}",
-                     help="the command's arguments as a JSON object, e.g. '{\"task\": "
-                          "\"pick_place\"}' (the id is added for you)")
-    cmd.add_argument("--config", metavar="PATH",
-                     default=os.environ.get("EDGE_AGENT_CONFIG", DEFAULT_CONFIG),
-                     help="the daemon's config, to find its socket and broker (default: "
-                          "$EDGE_AGENT_CONFIG, else %(default)s)")
-    cmd.add_argument("--timeout", type=float, default=5.0, metavar="S",
-                     help="seconds to wait for the reply (default: %(default)s)")
+    from edge_agent.comms.cmd_cli import add_parsers as add_cmd_parsers
 
+    add_cmd_parsers(sub)  # `cmd`, `status` (edge_agent/comms/cmd_cli.py)
     sub.add_parser("version", help="print the version, wire protocol and config schema")
     from edge_agent.journal_cli import add_parser as add_journal_parser
 
@@ -124,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.model_cli import add_parser as add_model_parser
 
     add_model_parser(sub)  # `model keygen|sign|verify` (edge_agent/model_cli.py)
+    from edge_agent.doctor.cli import add_parser as add_doctor_parser
+
+    add_doctor_parser(sub)  # `doctor` (edge_agent/doctor/)
     return p
 
 
@@ -242,45 +237,9 @@ def _cmd_check(a: argparse.Namespace) -> int:
 
 
 def _cmd_cmd(a: argparse.Namespace) -> int:
-    try:
-        args: Any = json.loads(a.args)
-    except json.JSONDecodeError as exc:
-        print(f"error: JSON arguments: {exc.msg} at column {exc.colno}", file=sys.stderr)
-        return EXIT_USAGE
-    if not isinstance(args, dict):
-        print("error: JSON arguments must be an object, e.g. '{\"task\": \"pick_place\"}'",
-              file=sys.stderr)
-        return EXIT_USAGE
-    if a.timeout <= 0:
-        print("error: --timeout must be > 0", file=sys.stderr)
-        return EXIT_USAGE
-    from edge_agent.config import load_config
+    from edge_agent.comms.cmd_cli import run as cmd_run
 
-    try:
-        cfg = load_config(a.config, sim=True)  # the daemon may run with --sim: no link.port
-    except ConfigError as exc:
-        print(_config_error(exc, a.config), file=sys.stderr)
-        return EXIT_FAIL
-    try:
-        from edge_agent.comms.client import MqttTarget, send_command
-        from edge_agent.comms.mqtt_common import TlsOptions
-    except ImportError as exc:
-        if _missing_module(exc, "edge_agent.comms.client", "edge_agent.comms.mqtt_common"):
-            return _not_yet("`cmd` (edge_agent.comms.client.send_command)", exc)
-        raise
-    m = cfg.mqtt
-    tls = TlsOptions.from_config(m.tls) if m.tls.enabled else None
-    target = MqttTarget(device_id=cfg.device.id, host=m.host, port=m.port, username=m.username,
-                        password=m.password.reveal() if m.password else None, tls=tls,
-                        topic_prefix=m.topic_prefix, protocol=m.protocol)
-    try:
-        reply = send_command(a.name, args, socket_path=cfg.state_dir / "control.sock",
-                             mqtt=target, timeout=a.timeout)
-    except (EdgeAgentError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_NO_REPLY
-    print(json.dumps(reply, indent=2 if sys.stdout.isatty() else None))
-    return EXIT_OK if reply.get("ok") else EXIT_FAIL
+    return cmd_run(a)
 
 
 def _cmd_version(a: argparse.Namespace) -> int:
@@ -305,6 +264,12 @@ def _cmd_model(a: argparse.Namespace) -> int:
     return model_run(a)
 
 
+def _cmd_doctor(a: argparse.Namespace) -> int:
+    from edge_agent.doctor.cli import run as doctor_run
+
+    return doctor_run(a)
+
+
 def _cmd_journal(a: argparse.Namespace) -> int:
     from edge_agent.journal_cli import run as journal_run
 
@@ -312,7 +277,8 @@ def _cmd_journal(a: argparse.Namespace) -> int:
 
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
-             "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch}
+             "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd,
+             "doctor": _cmd_doctor}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

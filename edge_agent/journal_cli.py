@@ -49,6 +49,9 @@ def add_parser(sub: Any) -> None:
     for q in (exp, drift):
         q.add_argument("--state-dir", required=True, metavar="D",
                        help="the daemon's state_dir (the journal is D/journal)")
+        q.add_argument("--json", action="store_true",
+                       help="print the result as JSON (the default when stdout is not a "
+                            "terminal)")
     exp.add_argument("--out", required=True, metavar="PATH", help="the .npz file to write")
     drift.add_argument("--window", type=int, default=1000, metavar="N",
                        help="decisions per window (default: %(default)s)")
@@ -66,15 +69,26 @@ def run(a: argparse.Namespace) -> int:
         return EXIT_USAGE
     skipped = [0]
     decisions = list(read_decisions(directory, skipped=skipped))
+    as_json = a.json or not sys.stdout.isatty()
     if a.journal_command == "export":
-        return _export(decisions, Path(a.out), skipped[0])
-    return _drift(decisions, a.window, a.threshold)
+        return _export(decisions, Path(a.out), skipped[0], as_json)
+    return _drift(decisions, a.window, a.threshold, as_json)
+
+
+def _show(rec: Mapping[str, Any], head: str, as_json: bool) -> None:
+    """JSON for scripts; for a person a head line and the fields, one per line."""
+    if as_json:
+        print(json.dumps(rec))
+        return
+    print(head)
+    for k, v in rec.items():
+        print(f"  {k}: {v}")
 
 
 # --------------------------------------------------------------------------- export
 
 
-def _export(decisions: Sequence[Decision], out: Path, skipped: int) -> int:
+def _export(decisions: Sequence[Decision], out: Path, skipped: int, as_json: bool) -> int:
     if not decisions:
         print("error: the journal holds no decisions", file=sys.stderr)
         return EXIT_USAGE
@@ -84,11 +98,12 @@ def _export(decisions: Sequence[Decision], out: Path, skipped: int) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as f:  # np.savez would append ".npz" to a name without it
         np.savez_compressed(f, **arrays)
-    print(json.dumps({"out": str(out), "records": len(decisions), "skipped": skipped,
-                      "obs_dim": int(arrays["observations"].shape[1]),
-                      "actions": {str(n): int((arrays["actions"] == i).sum())
-                                  for i, n in enumerate(arrays["action_names"])},
-                      "bytes": out.stat().st_size}))
+    rec = {"out": str(out), "records": len(decisions), "skipped": skipped,
+           "obs_dim": int(arrays["observations"].shape[1]),
+           "actions": {str(n): int((arrays["actions"] == i).sum())
+                       for i, n in enumerate(arrays["action_names"])},
+           "bytes": out.stat().st_size}
+    _show(rec, f"wrote {len(decisions)} decisions to {out}", as_json)
     return EXIT_OK
 
 
@@ -157,7 +172,8 @@ def drift_report(decisions: Sequence[Decision], window: int,
             "current": {k: round(v, 4) for k, v in p.items()}}
 
 
-def _drift(decisions: Sequence[Decision], window: int, threshold: float) -> int:
+def _drift(decisions: Sequence[Decision], window: int, threshold: float,
+           as_json: bool) -> int:
     if window < MIN_WINDOW or not threshold > 0:
         print(f"error: --window must be >= {MIN_WINDOW} and --threshold > 0", file=sys.stderr)
         return EXIT_USAGE
@@ -166,5 +182,7 @@ def _drift(decisions: Sequence[Decision], window: int, threshold: float) -> int:
         print(f"error: {len(decisions)} decisions: need at least {2 * MIN_WINDOW} for two "
               "windows", file=sys.stderr)
         return EXIT_USAGE
-    print(json.dumps(rep))
+    verdict = "DRIFT" if rep["drift"] else "no drift"
+    _show(rep, f"{verdict}: KL {rep['kl']:g} nats (threshold {threshold:g}) over the last "
+               f"{rep['window']} decisions against the {rep['window']} before", as_json)
     return EXIT_DRIFT if rep["drift"] else EXIT_OK

@@ -39,6 +39,11 @@ Processor = Callable[[EventDict], EventDict]
 Renderer = Callable[[EventDict], str]
 
 
+def iso_utc(t: float) -> str:
+    """`2026-12-03T10:17:24.123456Z` — the `ts` of every record."""
+    return _iso_utc(t)
+
+
 def _iso_utc(t: float) -> str:
     secs = int(t)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{int((t - secs) * 1e6):06d}Z"

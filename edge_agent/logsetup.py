@@ -3,7 +3,8 @@
     configure_logging(cfg.log.level, cfg.log.format, secrets=cfg.secret_values())
 
 JSON lines on stdout when stdout is not a terminal (journald keeps them as-is; fields `ts`
-ISO-8601 UTC, `level`, `logger`, `event`, then the key-values), readable colours on a terminal;
+ISO-8601 UTC, `level`, `logger`, `event`, then the key-values), readable colours on a terminal
+(none when NO_COLOR is set); the link guardian writes the same format (--log-format);
 `fmt` "json" / "console" forces one. Records from stdlib `logging` (transitions, paho when
 enabled, warnings) get the same format. A redacting processor runs last before rendering: values
 of keys named like password/secret/token, `Secret` objects and any occurrence of a configured
@@ -17,6 +18,7 @@ The module is named logsetup, not logging, so that it can never shadow the stdli
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, MutableMapping
@@ -104,7 +106,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", secrets: Iterable[
     if use_json:
         renderer = log.render_json
     else:
-        colors = _isatty(out)
+        colors = _isatty(out) and os.environ.get("NO_COLOR") is None  # https://no-color.org
 
         def renderer(ev: MutableMapping[str, Any]) -> str:
             return log.render_console(ev, colors)

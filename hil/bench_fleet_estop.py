@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -211,8 +212,9 @@ def link_faults_since(tmp: Path, devices: list[str], wall0: float) -> int:
     for d in devices:
         for line in (tmp / f"{d}.log").read_text(errors="replace").splitlines():
             if '"link_fault"' in line:
-                try:
-                    count += float(json.loads(line).get("ts", 0)) >= wall0
+                try:  # ISO-8601 UTC, as every log record (the guardian's included)
+                    ts = str(json.loads(line).get("ts", "")).replace("Z", "+00:00")
+                    count += datetime.fromisoformat(ts).timestamp() >= wall0
                 except ValueError:
                     continue
     return count

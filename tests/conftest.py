@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,23 @@ from daemon_proc import DaemonProc
 from mosquitto import Mosquitto
 
 MQTT_USERS = {"dev1": "dev1-secret-pw", "dev2": "dev2-secret-pw", "operator": "operator-pw"}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Daemons started by the tests publish their `<device>.sock` pointers here, not in
+    /run/edge-agent: `edge-agent cmd` in a test finds the test's daemons only."""
+    d = tmp_path_factory.mktemp("runtime")
+    d.chmod(0o700)
+    old = os.environ.get("EDGE_AGENT_RUNTIME_DIR")
+    os.environ["EDGE_AGENT_RUNTIME_DIR"] = str(d)
+    try:
+        yield d
+    finally:
+        if old is None:
+            os.environ.pop("EDGE_AGENT_RUNTIME_DIR", None)
+        else:
+            os.environ["EDGE_AGENT_RUNTIME_DIR"] = old
 
 
 @pytest.fixture

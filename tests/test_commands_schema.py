@@ -78,7 +78,7 @@ def test_depth_limit_is_exact() -> None:
     ("task.start", {"params": []}, "params: expected an object, got array"),
     ("task.start", {"params": {"obj": [1, 2, 3]}}, "params: unknown field 'obj'"),
     ("task.start", {"task": "weld"}, "task: expected one of pick_place, got 'weld'"),
-    ("resume", {}, "task_id: missing"),
+    ("resume", {"task_id": ""}, "task_id"),
     ("manual.jog", {"dq": [0.1]}, "ttl_ms: missing"),
     ("manual.jog", {"dq": [0.1], "ttl_ms": 201}, "ttl_ms: expected an integer in [1, 200]"),
     ("manual.jog", {"dq": [0.1], "ttl_ms": 50.5}, "ttl_ms: expected an integer, got number"),
@@ -116,6 +116,7 @@ def test_valid_arguments_are_normalised() -> None:
         assert _ok("failure.inject", target=target, mode=mode)["mode"] == mode
     assert _ok("model.update", uri="file:///m.onnx", sha256="ab" * 32)["sha256"] == "ab" * 32
     assert _ok("resume", task_id="t-1") == {"task_id": "t-1"}
+    assert _ok("resume") == {}  # no task_id: the single saved task (issue #20)
     assert parse("status", {"v": 1, "id": "e", "expires_at": 1.5e9}, LIM).expires_at == 1.5e9
 
 

@@ -280,7 +280,8 @@ def _task_cancel(a: dict[str, Any]) -> dict[str, Any]:
 
 def _resume(a: dict[str, Any]) -> dict[str, Any]:
     _keys(a, frozenset({"task_id"}), "")
-    return {"task_id": _string(a, "task_id", "", required=True, max_len=128)}
+    # no task_id: the single saved task (the executor keeps at most one; it names it on a mismatch)
+    return _drop_none({"task_id": _string(a, "task_id", "", max_len=128)})
 
 
 def _jog(a: dict[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.comms import runtime_dir
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
 from edge_agent.executor.latch import StopCause
 from edge_agent.log import get_logger
@@ -44,6 +46,7 @@ class Publisher:
         self._stop_wait = threading.Event()
         self.mqtt_error: str | None = None  # why the bridge could not be built (None: built)
         self.mqtt_attempts = 0
+        self.pointer: Path | None = None  # <runtime dir>/<device>.sock → the control socket
 
     def start(self) -> None:
         """The control socket now; MQTT on a thread of its own (importing paho is ~30 ms of the
@@ -52,6 +55,13 @@ class Publisher:
         d = self.d
         self.socket = ControlSocketServer(d.api, d.state_dir / SOCKET_NAME, on_estop=self.on_estop)
         self.socket.start()
+        # how `edge-agent cmd` finds this daemon without its config (comms/runtime_dir.py)
+        self.pointer = runtime_dir.publish(d.cfg.device.id, self.socket.path)
+        if self.pointer is not None:
+            _log.info("control_socket_published", pointer=str(self.pointer))
+        else:
+            _log.warning("control_socket_unpublished", hint="no writable runtime directory: "
+                         "`edge-agent cmd` needs --config here (see `edge-agent cmd --help`)")
         self._starter = threading.Thread(target=self._start_mqtt, name="mqtt-start", daemon=True)
         self._starter.start()
 
@@ -187,6 +197,7 @@ class Publisher:
             self._stopping = True
         self._stop_wait.set()
         if self.socket is not None:
+            runtime_dir.unpublish(self.pointer, self.socket.path)
             self.socket.stop()
         if self.bridge is not None:
             self.bridge.stop()

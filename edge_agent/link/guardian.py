@@ -15,16 +15,17 @@ fd N. One select() loop over the tty, the socket, a signal pipe and the rules' n
 The guardian sends HELLO each time it opens the port (the daemon's own HELLO, when it sent one,
 replaces the default). Daemon gone (end of file) or SIGTERM/SIGINT: one COMMAND(HOLD), exit 0.
 It asks for SCHED_FIFO (`--priority`, default 30) and says in its log and in G_STATE.flags
-(REALTIME) whether it got it. Logs are JSON lines on stderr. At exit it logs its counters and
+(REALTIME) whether it got it. Logs go to stderr in the daemon's format (--log-format: JSON
+lines, or its console lines on a terminal). At exit it logs its counters and
 `stop_reaction` (select() returning → STOP written: its own share of the e-stop reaction).
-Only stdlib, pyserial, the codec, the rules and the robot description are imported.
+Only stdlib, pyserial, the codec, the rules, the robot description and edge_agent.log (stdlib
+only) are imported.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import select
 import signal
@@ -35,6 +36,7 @@ from collections import deque
 from types import FrameType as PyFrame
 from typing import Any
 
+from edge_agent import log
 from edge_agent.link.codec import (
     Frame,
     FrameDecoder,
@@ -54,11 +56,30 @@ _OUT_CAP = 1 << 20  # bytes queued for a daemon that does not read: ~5 s of stat
 _FIRMWARE_TYPES = 0x80  # frame types from the firmware are 0x80 and up (docs/PROTOCOL.md §2)
 
 
+_LOG_JSON = [True]  # set in main() from --log-format
+
+
 def _log(event: str, **kw: Any) -> None:
-    rec = {"ts": round(time.time(), 6), "logger": "edge_agent.link.guardian",
-           "pid": os.getpid(), "event": event, **kw}
-    sys.stderr.write(json.dumps(rec, default=str) + "\n")
+    """One line on stderr in the daemon's format: JSON lines (journald) or its console lines."""
+    rec: dict[str, Any] = {"ts": log.iso_utc(time.time()), "level": kw.pop("level", "info"),
+                           "logger": "edge_agent.link.guardian", "event": event,
+                           "pid": os.getpid(), **kw}
+    if _LOG_JSON[0]:
+        line = log.render_json(rec)  # `logger` says whose line it is
+    else:  # the console format drops `logger`: the event name says it
+        rec["event"] = f"guardian.{event}"
+        line = log.render_console(rec, _LOG_COLOR[0])
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
+
+
+_LOG_COLOR = [False]
+
+
+def _configure_log(fmt: str) -> None:
+    tty = sys.stderr.isatty()
+    _LOG_JSON[0] = fmt == "json" or (fmt == "auto" and not tty)
+    _LOG_COLOR[0] = tty and not os.environ.get("NO_COLOR")
 
 
 def _ask_realtime(priority: int) -> tuple[bool, str]:
@@ -119,7 +140,8 @@ class Guardian:
         self._later(self.rules.on_link(True, now))
 
     def _on_down(self, cause: str, detail: str, now: float) -> None:
-        _log("link_fault", cause=cause, detail=detail, counters=self.link.counters_dict())
+        _log("link_fault", level="warning", cause=cause, detail=detail,
+             counters=self.link.counters_dict())
         self._later(self.rules.on_link(False, now))
 
     def _on_signal(self, signum: int, frame: PyFrame | None) -> None:
@@ -186,7 +208,7 @@ class Guardian:
         except OSError:
             data = b""
         if not data:
-            _log("daemon_lost")
+            _log("daemon_lost", level="warning")
             self._apply(self.rules.on_daemon_lost(now), now)
             self.stop_reason = "daemon_lost"
             return
@@ -268,6 +290,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--open-timeout-ms", type=float, default=2000.0,
                    help="no valid frame this long after opening: link fault")
     p.add_argument("--priority", type=int, default=30, help="SCHED_FIFO priority; 0: do not ask")
+    p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
+                   help="the daemon's log.format: auto = console lines on a terminal, else JSON")
     p.add_argument("--start-latched", action="store_true",
                    help="start latched (PROTECTIVE): a restart after a guardian failure")
     return p.parse_args(argv)
@@ -275,6 +299,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    _configure_log(args.log_format)
     sock = socket.socket(fileno=args.fd)
     sock.setblocking(False)
     limits = Limits.from_robot(load_robot(args.robot))

@@ -97,4 +97,5 @@ def spec_from_config(cfg: Config, port: str) -> GuardianSpec:
     """The guardian the daemon runs for `cfg` on tty `port` (the CLI's early start uses it too)."""
     return GuardianSpec(port, cfg.robot_file, cfg.link.deadman_ms / 1000.0,
                         cfg.link.guardian_priority,
-                        ("--status-period-us", str(cfg.link.status_period_us)))
+                        ("--status-period-us", str(cfg.link.status_period_us),
+                         "--log-format", cfg.log.format))
