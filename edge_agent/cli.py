@@ -116,6 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.comms.watch_cli import add_parser as add_watch_parser
 
     add_watch_parser(sub)  # `watch` (edge_agent/comms/watch_cli.py)
+    from edge_agent.reports.cli import add_parser as add_reports_parser
+
+    add_reports_parser(sub, DEFAULT_CONFIG)  # `reports list|show` (edge_agent/reports/cli.py)
     return p
 
 
@@ -275,8 +278,14 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     return journal_run(a)
 
 
+def _cmd_reports(a: argparse.Namespace) -> int:
+    from edge_agent.reports.cli import run as reports_run
+
+    return reports_run(a)
+
+
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
-             "version": _cmd_version, "watch": _cmd_watch}
+             "version": _cmd_version, "watch": _cmd_watch, "reports": _cmd_reports}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ findings are appended to `LoadContext.warnings` (the daemon logs them, check-con
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,17 @@ def check(v: dict[str, Values], ctx: LoadContext) -> None:
     if ex["grip_force_band_n"] >= ex["grip_force_n"]:
         raise ctx.fail("executor.grip_force_band_n", ex["grip_force_band_n"],
                        f"must be smaller than executor.grip_force_n ({ex['grip_force_n']:g})")
+    rep = v["reports"]
+    if rep["webhook_url"] is not None and rep["webhook_url_file"] is not None:
+        raise ctx.fail("reports.webhook_url_file", str(rep["webhook_url_file"]),
+                       "set either reports.webhook_url or reports.webhook_url_file, not both")
+    if rep["webhook_url_file"] is not None:
+        url = _read_password("reports.webhook_url_file", rep["webhook_url_file"], ctx)
+        if not re.fullmatch(r"https?://\S+", url.reveal()):
+            raise ctx.fail("reports.webhook_url_file", str(rep["webhook_url_file"]),
+                           "must hold one http:// or https:// URL")
+        rep["webhook_url"] = url
+    _ordered("reports.retry_min_s", rep, "retry_min_s", "retry_max_s", ctx)
     hook = v["reports"]["webhook_url"]
     if hook is not None and hook.reveal().startswith("http://") and not _is_loopback(
             _url_host(hook.reveal())):

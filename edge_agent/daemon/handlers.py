@@ -193,6 +193,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "journal": d.decisions.stats() if d.decisions is not None else None,
         "inference": d.policy.status(),
         "link": d.mirror.summary(),
+        "reports": d.reports.status(),
         "loop": {**d.loop.stats.as_dict(), "scheduling": d.loop.scheduling,
                  "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None,
                  "output_at_deadline": d.output.at_deadline,
