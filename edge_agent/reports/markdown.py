@@ -109,7 +109,7 @@ def _window(window: Mapping[str, Any] | None, max_rows: int, plot_name: str | No
            f"{len(shown)} rows shown, evenly spaced.", ""]
     if plot_name:
         out += [f"![sensor window]({plot_name})", ""]
-    return out + _table(cols, [[_num(v) for v in row] for row in shown])
+    return out + _table(cols, [[f"{row[0]:.3f}", *(_num(v) for v in row[1:])] for row in shown])
 
 
 def _decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
