@@ -221,8 +221,10 @@ class Daemon:
         now = self.clock.now()
         self.latch.add_listener(self.freshness.on_latch)
         self.latch.add_listener(self._on_latch)
-        self.reports.subscribe()  # after _on_latch: the stop frame goes first
         self.latch.restore(restored.data.get("latch", {}), now)
+        # after _on_latch (the stop frame goes first) and the restored causes (reported in the
+        # boot that latched them): this boot's stops, an unclean restart included
+        self.reports.subscribe()
         if restored.unclean:
             self.latch.trip(StopCause.UNCLEAN_RESTART, now)
         self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
