@@ -257,3 +257,38 @@ def test_repeats_of_one_fault_go_as_one_message_with_a_count(tmp_path: Path) -> 
     merged = next(c for c in md if "4× this fault" in c)
     assert all(r.id in merged for r in reps[:4])
     assert sorted(uniq) == sorted([reps[0].id, reps[4].id])
+
+
+def test_the_daemon_never_imports_matplotlib_or_urllib3_without_a_webhook() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, edge_agent.daemon.app, edge_agent.daemon.reporting;"
+            "print([m for m in ('matplotlib', 'urllib3', 'PIL') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_webhook_config_keys_are_validated(tmp_path: Path) -> None:
+    from edge_agent.config import load_config
+    from edge_agent.errors import ConfigError
+
+    sim = Path(__file__).resolve().parents[1] / "configs" / "sim.toml"
+    url_file = tmp_path / "hook"
+    url_file.write_text(f"https://qyapi.weixin.qq.com/cgi-bin/webhook/send?key={TOKEN}\n")
+    url_file.chmod(0o600)
+    base = [f"state_dir={tmp_path}"]
+    cfg = load_config(sim, [*base, f'reports.webhook_url_file="{url_file}"'], sim=True)
+    assert cfg.reports.webhook_url is not None and TOKEN in cfg.reports.webhook_url.reveal()
+    assert TOKEN not in repr(cfg.reports)
+    with pytest.raises(ConfigError, match="not both"):
+        load_config(sim, [*base, f'reports.webhook_url_file="{url_file}"',
+                          'reports.webhook_url="https://x.example/h"'], sim=True)
+    with pytest.raises(ConfigError, match="webhook_format"):
+        load_config(sim, [*base, 'reports.webhook_format="slack"'], sim=True)
+    url_file.write_text("not a url\n")
+    with pytest.raises(ConfigError, match="one http"):
+        load_config(sim, [*base, f'reports.webhook_url_file="{url_file}"'], sim=True)
+    with pytest.raises(ConfigError, match="retry_min_s"):
+        load_config(sim, [*base, "reports.retry_min_s=10", "reports.retry_max_s=5"], sim=True)
