@@ -35,7 +35,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(n)
                 with outer._lock:

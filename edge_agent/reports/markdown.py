@@ -116,7 +116,8 @@ def _decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     if not decisions:
         return ["No policy decisions were journaled before this report."]
     cols = ("t_s", "state", "action", "backend", "latency_ms", "outcome", "accepted")
-    return _table(cols, [[_num(d.get(c)) if c in ("t_s", "latency_ms") else _value(d.get(c))
+    return _table(cols, [[_t(d.get(c)) if c == "t_s" else _num(d.get(c)) if c == "latency_ms"
+                          else _value(d.get(c))
                           for c in cols] for d in decisions])
 
 
@@ -151,3 +152,7 @@ def _value(v: Any) -> str:
     if isinstance(v, list | tuple):
         return "; ".join(_value(x) for x in v) or "—"
     return str(v)
+
+
+def _t(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, int | float) else _value(v)

@@ -255,7 +255,7 @@ class Outbox:
 
     def _draw(self, entry: Entry) -> None:
         path = self.dir / f"{entry.id}.json"
-        why = render_plot(path, self.dir / f"{entry.id}.png")
+        why = render_plot(path, self.dir / f"{entry.id}.png", cache_dir=self.dir / ".matplotlib")
         entry.plot = "ok" if why is None else f"failed: {why}"
         if why is not None:
             _log.warning("report_plot_failed", id=entry.id, why=why)

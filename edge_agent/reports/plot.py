@@ -21,13 +21,18 @@ MAX_PNG_BYTES = 2 * 1024 * 1024  # WeCom's image limit
 
 
 def render_plot(report_json: Path, out_png: Path, *, timeout_s: float = 60.0,
-                nice: int = 10) -> str | None:
-    """Draw the plot in a subprocess; None when the PNG was written, else why not."""
+                nice: int = 10, cache_dir: Path | None = None) -> str | None:
+    """Draw the plot in a subprocess; None when the PNG was written, else why not.
+    `cache_dir`: matplotlib's font cache (the service has no writable home: without one each
+    plot would rebuild it)."""
     tmp = out_png.with_name(f".{out_png.name}.tmp.png")
     cmd = [sys.executable, "-m", "edge_agent.reports.plot", str(report_json), str(tmp)]
+    env = {**os.environ, "MPLBACKEND": "Agg"}
+    if cache_dir is not None:
+        env["MPLCONFIGDIR"] = str(cache_dir)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env={**os.environ, "MPLBACKEND": "Agg"})
+                                stderr=subprocess.PIPE, env=env)
     except OSError as exc:
         return f"cannot start the plot process: {exc}"
     with contextlib.suppress(OSError):
