@@ -292,3 +292,22 @@ def test_webhook_config_keys_are_validated(tmp_path: Path) -> None:
         load_config(sim, [*base, f'reports.webhook_url_file="{url_file}"'], sim=True)
     with pytest.raises(ConfigError, match="retry_min_s"):
         load_config(sim, [*base, "reports.retry_min_s=10", "reports.retry_max_s=5"], sim=True)
+
+
+def test_a_storm_of_one_fault_draws_one_plot(tmp_path: Path) -> None:
+    ob = Outbox(tmp_path / "outbox", [_Failing()], retry_min_s=30, plot_repeat_s=60.0)
+    ob.start()
+    t0 = time.time()
+    reps = [_stop_report(wall=t0 + i) for i in range(3)] + [_stop_report("deadman", t0 + 3)]
+    try:
+        for r in reps:
+            ob.submit(lambda r=r: r)
+        wait_until(lambda: len(list((tmp_path / "outbox").glob("0*.png"))) == 2, 120, "plots")
+        wait_until(lambda: ob.status()["built"] == 4, 30, "built")
+    finally:
+        ob.stop()
+    pngs = sorted(p.stem for p in (tmp_path / "outbox").glob("0*.png"))
+    assert pngs == sorted([reps[0].id, reps[3].id])
+    plots = {r.id: json.loads((tmp_path / "outbox" / f"{r.id}.json").read_text())["plot"]
+             for r in reps}
+    assert plots[reps[1].id].startswith("none: a repeat") and plots[reps[0].id] == "ok"

@@ -55,7 +55,8 @@ class DaemonReports:
         self.outbox = Outbox(daemon.state_dir / OUTBOX_DIR, sinks, max_entries=cfg.outbox_max,
                              plot=cfg.plot, max_rows=cfg.table_rows,
                              retry_min_s=cfg.retry_min_s, retry_max_s=cfg.retry_max_s,
-                             secrets=secrets, on_event=daemon.publisher.event)
+                             secrets=secrets, on_event=daemon.publisher.event,
+                             plot_repeat_s=cfg.merge_window_s)
         self._sample_hz = daemon.executor.cfg.diagnostic_sample_hz
 
     def subscribe(self) -> None:

@@ -99,6 +99,7 @@ class Outbox:
     def __init__(self, directory: Path, sinks: Sequence[Sink], *, max_entries: int = 200,
                  plot: bool = True, max_rows: int = 20, retry_min_s: float = 1.0,
                  retry_max_s: float = 300.0, secrets: Sequence[str] = (),
+                 plot_repeat_s: float = 60.0,
                  on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.dir = directory
         self.sinks = list(sinks)
@@ -107,6 +108,10 @@ class Outbox:
         self.max_rows = max_rows
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
+        # a plot costs a process and ~1 s of CPU: a repeat of the same fault inside this many
+        # seconds goes without one (a fault storm must not become a plotting storm)
+        self.plot_repeat_s = plot_repeat_s
+        self._plotted: dict[str, float] = {}  # fault -> wall time of its last plot
         self._secrets = tuple(secrets)
         self._on_event = on_event
         self._entries: dict[str, Entry] = {}
@@ -205,19 +210,29 @@ class Outbox:
             except Exception:
                 _log.exception("report_build_failed")
                 continue
-            plot_name = f"{report.id}.png" if self.plot and report.window else None
+            plot_name = (f"{report.id}.png" if self.plot and report.window and not
+                         self._repeat(report) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
-                          if report.window is None else "none: plots are off")
+                          if report.window is None else "none: plots are off"
+                          if not self.plot else
+                          f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
             self._persist(entry)  # durable before anything is delivered
             with self._lock:
                 self._entries[entry.id] = entry
                 self.built += 1
             _log.info("report_built", id=report.id, kind=report.kind.value, title=report.title)
+
+    def _repeat(self, report: Report) -> bool:
+        last = self._plotted.get(report.fault)
+        if last is None or not 0.0 <= report.wall - last < self.plot_repeat_s:
+            self._plotted[report.fault] = report.wall  # this one gets the plot
+            return False
+        return True
 
     def _make_room(self) -> None:
         while len(self._entries) >= self.max_entries:
