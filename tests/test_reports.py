@@ -311,3 +311,14 @@ def test_a_storm_of_one_fault_draws_one_plot(tmp_path: Path) -> None:
     plots = {r.id: json.loads((tmp_path / "outbox" / f"{r.id}.json").read_text())["plot"]
              for r in reps}
     assert plots[reps[1].id].startswith("none: a repeat") and plots[reps[0].id] == "ok"
+
+
+def test_watch_prints_the_report_title() -> None:
+    from edge_agent.comms.watch import Received, format_message
+
+    r = _stop_report()
+    entry = Entry(r, "# title\n", {})
+    msg = Received("edge/robot-7/report", json.dumps(mqtt_payload(entry, "robot-7", None))
+                   .encode(), False, time.time())
+    line = format_message(msg).splitlines()[0]
+    assert "robot-7 report" in line and r.title in line and r.id in line
