@@ -119,6 +119,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.doctor.cli import add_parser as add_doctor_parser
 
     add_doctor_parser(sub)  # `doctor` (edge_agent/doctor/)
+    from edge_agent.reports.cli import add_parser as add_reports_parser
+
+    add_reports_parser(sub, DEFAULT_CONFIG)  # `reports list|show` (edge_agent/reports/cli.py)
     return p
 
 
@@ -276,9 +279,15 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     return journal_run(a)
 
 
+def _cmd_reports(a: argparse.Namespace) -> int:
+    from edge_agent.reports.cli import run as reports_run
+
+    return reports_run(a)
+
+
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
              "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd,
-             "doctor": _cmd_doctor}
+             "doctor": _cmd_doctor, "reports": _cmd_reports}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -115,6 +115,8 @@ def check(v: dict[str, Values], ctx: LoadContext) -> None:
     if ex["grip_force_band_n"] >= ex["grip_force_n"]:
         raise ctx.fail("executor.grip_force_band_n", ex["grip_force_band_n"],
                        f"must be smaller than executor.grip_force_n ({ex['grip_force_n']:g})")
+    rep = v["reports"]
+    _ordered("reports.retry_min_s", rep, "retry_min_s", "retry_max_s", ctx)
     hook = v["reports"]["webhook_url"]
     if hook is not None and hook.reveal().startswith("http://") and not _is_loopback(
             _url_host(hook.reveal())):

@@ -258,7 +258,17 @@ class ReportsSection:
     webhook_url: Secret | None = opt("secret", pattern=r"https?://\S+",
                                      hint="an http:// or https:// URL")
     webhook_url_file: Path | None = opt("path", exists="file")
+    webhook_format: str = opt("str", "wecom", choices=("wecom", "json"))
+    webhook_rate_per_min: float = opt("float", 20.0, lo=0.1, hi=600.0,
+                                      hint="WeCom allows 20 messages a minute per robot")
+    webhook_timeout_s: float = opt("float", 10.0, lo=0.1, hi=120.0)
+    merge_window_s: float = opt("float", 60.0, lo=0.0, hi=3600.0)
+    retry_min_s: float = opt("float", 1.0, lo=0.01, hi=3600.0)
+    retry_max_s: float = opt("float", 300.0, lo=0.01, hi=86_400.0)
     max_files: int = opt("int", 200, lo=1, hi=100_000)
+    outbox_max: int = opt("int", 200, lo=1, hi=100_000)
+    plot: bool = opt("bool", True)
+    table_rows: int = opt("int", 20, lo=2, hi=1000)
 
 
 @dataclass(frozen=True, slots=True)

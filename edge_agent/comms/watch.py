@@ -150,6 +150,8 @@ def format_message(msg: Received, prefix: str | None = None) -> str:
         body = f"{payload.get('type')} {_fields(payload, _ENVELOPE)}"
     elif kind == "report":
         body = f"{payload.get('kind')} id={_value(payload.get('id'))}"
+        if isinstance(payload.get("title"), str):
+            body += f" {payload['title']}"  # what an operator reads first
         markdown = payload.get("markdown")
     elif kind.startswith("reply/"):
         body = _reply_line(payload)

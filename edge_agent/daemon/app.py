@@ -34,6 +34,7 @@ from edge_agent.daemon.output import CommandOutput
 from edge_agent.daemon.policy import DaemonPolicy
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.publisher import Publisher
+from edge_agent.daemon.reporting import DaemonReports
 from edge_agent.daemon.signals import route_signals
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
@@ -126,6 +127,7 @@ class Daemon:
         self._exec_events: deque[dict[str, Any]] = deque(maxlen=10_000)
         self.policy = DaemonPolicy(config, self.executor, self.exec_lock, self.decisions,
                                    self._exec_events, self.publisher.event)
+        self.reports = DaemonReports(self)  # stop and L3 repair reports (daemon/reporting.py)
         self.rig: SimRig | None = None
         self.guardian: GuardianClient | None = None
         self.loop: RateLoop | None = None
@@ -198,6 +200,7 @@ class Daemon:
         self._wait_first_link(port)
         mark("link_up")
         self._ready(restored)
+        self.reports.start()
         if not self.eager:
             self._bg_threads.append(threading.Thread(
                 target=self._background_work, name="startup-bg", daemon=True))
@@ -223,6 +226,9 @@ class Daemon:
         self.latch.add_listener(self.freshness.on_latch)
         self.latch.add_listener(self._on_latch)
         self.latch.restore(restored.data.get("latch", {}), now)
+        # after _on_latch (the stop frame goes first) and the restored causes (reported in the
+        # boot that latched them): this boot's stops, an unclean restart included
+        self.reports.subscribe()
         if restored.unclean:
             self.latch.trip(StopCause.UNCLEAN_RESTART, now)
         self.executor.restore(restored.data.get("executor", {}), now, clean=not restored.unclean)
@@ -474,8 +480,9 @@ class Daemon:
                 self.guardian.send(self._hold)
             self.guardian.stop()
         step("guardian")
+        self.reports.stop()
         self.publisher.stop()
-        step("mqtt_socket")
+        step("reports_mqtt_socket")
         self.save_snapshot()
         self.writer.stop()
         step("snapshot")

@@ -195,6 +195,7 @@ def status_payload(d: Daemon) -> dict[str, Any]:
         "journal": d.decisions.stats() if d.decisions is not None else None,
         "inference": d.policy.status(),
         "link": {**d.mirror.summary(), "watch": d.watch.summary()},
+        "reports": d.reports.status(),
         "loop": {**d.loop.stats.as_dict(), "rate_hz": round(1.0 / d.loop.period, 3),
                  "scheduling": d.loop.scheduling,
                  "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None,

@@ -105,6 +105,14 @@ class Executor(TaskRunner):
                 "saved": self._saved, "l3_count": self.faults.l3_count,
                 "counters": self.counters.as_dict()}
 
+    def sensor_window(self) -> dict[str, Any]:
+        """The last seconds of raw measurements (the diagnostic window's ring) as plain data."""
+        return self._ring.window()
+
+    def sensor_snapshot(self) -> tuple[Any, ...]:
+        """The ring's samples as they are: cheap, for a stop listener (`window_of` converts)."""
+        return self._ring.snapshot()
+
     # -- the tick ------------------------------------------------------------------------
     def tick(self, now: float, snapshot: Snapshot) -> Command:
         """One control period: the command frame to send now."""

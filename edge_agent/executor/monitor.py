@@ -5,8 +5,9 @@ or at its description's `current_max_a`, for `persist_s`. The expected current i
 online (a slow low-pass of |current| — gravity and friction change slowly with the pose), never
 below `floor_fraction` × current_max_a, and frozen while the joint is over the threshold, so a
 pushing contact cannot raise its own bar. `SensorRing`: the last N seconds of measurements at a
-low rate, for the fault record of `diagnostic`. `ObjectEstimate`: the camera's object pose, and
-whether the object has been seen at rest since a given time (the re-grasp guard).
+low rate, the raw samples for the fault record of `diagnostic` and the stop reports.
+`ObjectEstimate`: the camera's object pose, and whether the object has been seen at rest since
+a given time (the re-grasp guard).
 """
 
 from __future__ import annotations
@@ -83,33 +84,29 @@ class SensorRing:
     def __len__(self) -> int:
         return len(self._buf)
 
-    def samples(self) -> list[dict[str, Any]]:
-        """Every kept sample as plain data (for a fault report's attachment)."""
-        return [{"t": round(t, 4), "q": [round(v, 5) for v in m.q],
-                 "current": [round(v, 3) for v in m.current],
-                 "gripper_pos": round(m.gripper_pos, 5),
-                 "gripper_force": round(m.gripper_force, 3)} for t, m in self._buf]
+    def snapshot(self) -> tuple[tuple[float, Measured], ...]:
+        """The kept samples as they are (a pointer copy: cheap enough for any thread that
+        holds the executor lock, e.g. a stop listener); `window_of` turns it into plain data."""
+        return tuple(self._buf)
 
-    def summary(self) -> dict[str, Any]:
-        """Min / max / last per channel over the window."""
-        if not self._buf:
-            return {"samples": 0}
-        ms = [m for _, m in self._buf]
-        n = len(ms[0].q)
+    def window(self) -> dict[str, Any]:
+        """Every kept sample, as the raw values (the fault record's sensor window)."""
+        return window_of(tuple(self._buf), 1.0 / self.period)
 
-        def stats(values: list[float]) -> dict[str, float]:
-            return {"min": round(min(values), 4), "max": round(max(values), 4),
-                    "last": round(values[-1], 4)}
 
-        return {
-            "samples": len(ms),
-            "from_t": round(self._buf[0][0], 4),
-            "to_t": round(self._buf[-1][0], 4),
-            "q_rad": [stats([m.q[i] for m in ms]) for i in range(n)],
-            "current_a": [stats([m.current[i] for m in ms]) for i in range(n)],
-            "gripper_pos_m": stats([m.gripper_pos for m in ms]),
-            "gripper_force_n": stats([m.gripper_force for m in ms]),
-        }
+WINDOW_FORMAT = 1
+
+
+def window_of(samples: Sequence[tuple[float, Measured]], sample_hz: float) -> dict[str, Any]:
+    """Samples as a table: `columns` (t_s, q<i>_rad, current<i>_a, gripper_pos_m,
+    gripper_force_n) and one row per sample — the raw measurements, not a summary."""
+    n = len(samples[0][1].q) if samples else 0
+    columns = (["t_s"] + [f"q{i}_rad" for i in range(n)] + [f"current{i}_a" for i in range(n)]
+               + ["gripper_pos_m", "gripper_force_n"])
+    rows = [[round(t, 4), *(round(v, 5) for v in m.q), *(round(v, 3) for v in m.current),
+             round(m.gripper_pos, 5), round(m.gripper_force, 3)] for t, m in samples]
+    return {"format": WINDOW_FORMAT, "samples": len(rows), "sample_hz": sample_hz,
+            "columns": columns, "rows": rows}
 
 
 class ObjectEstimate:

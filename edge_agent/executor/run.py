@@ -96,6 +96,8 @@ class TaskRunner:
             self._camera_latency_s = 0.0
         self._regrasp_cache: tuple[float, Vec3 | None, str] | None = None
         self.fault_record: dict[str, Any] | None = None
+        # Called with each new fault record (control thread; must only enqueue): the reports
+        self.on_fault_record: Callable[[dict[str, Any]], None] | None = None
 
     # -- events --------------------------------------------------------------------------
     def _emit(self, type_: str, **fields: Any) -> None:
@@ -485,13 +487,17 @@ class TaskRunner:
             "attempts": run.attempts if run else 0, "l3_count": self.faults.l3_count,
             "last_failures": [f.as_dict() for f in self.faults.last_failures(
                 self.faults.l3_threshold)],
-            "sensor_window": self._ring.summary(),
+            "sensor_window": self._ring.window(),
         }
         self._diagnostic = True
         cmd = self._end_task(now, Outcome.FAILED,
                              f"{self.faults.l3_count} failed attempts in a row: diagnostic",
                              Trigger.DIAGNOSE)
-        self._emit("diagnostic", record=self.fault_record)
+        if self.on_fault_record is not None:
+            self.on_fault_record(self.fault_record)  # the repair report (it only enqueues)
+        window = self.fault_record["sensor_window"]
+        self._emit("diagnostic", record={**self.fault_record, "sensor_window": {
+            "samples": window["samples"], "sample_hz": window["sample_hz"]}})
         return cmd
 
     def _end_task(self, now: float, outcome: Outcome, message: str,

@@ -27,6 +27,7 @@ import math
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -153,6 +154,9 @@ class DecisionJournal:
         self.disabled: str | None = None  # why the journal was turned off
         self.submitted = 0
         self.rejected = 0  # malformed records, queue full, or after it was turned off
+        # the newest journaled records as written (a repair report's "last decisions"): an
+        # append of bytes already packed, so reading them never scans the journal on disk
+        self._recent: deque[bytes] = deque(maxlen=64)
 
     @property
     def enabled(self) -> bool:
@@ -190,11 +194,17 @@ class DecisionJournal:
             return False
         if self._writer.submit_record(self.journal, payload):
             self.submitted += 1
+            self._recent.append(payload)
             return True
         self.rejected += 1
         return False
 
     __call__ = record
+
+    def recent(self, n: int = 10) -> list[Decision]:
+        """The newest `n` journaled decisions, oldest first (from memory, any thread)."""
+        out = [decode_decision(p) for p in list(self._recent)[-n:]] if n > 0 else []
+        return [d for d in out if d is not None]
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every record queued so far is durable (or failed)."""

@@ -1,0 +1,130 @@
+"""The daemon's repair reports: records from the stop latch and the executor into the outbox.
+
+`DaemonReports(daemon)` subscribes to the interfaces that exist: a latch listener (every e-stop
+and protective stop cause, with the sensor window before it) and the executor's
+`on_fault_record` (each L3 diagnosis). Both run on the thread that saw the fault and only
+capture a record and enqueue it; the report is built, persisted, plotted (in a subprocess) and
+delivered on the outbox thread (reports/outbox.py). A degradation mode change (the health
+monitor, issue #18) comes in the same way: `submit(ModeRecord(...))`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause
+from edge_agent.executor.monitor import window_of
+from edge_agent.log import get_logger
+from edge_agent.reports.build import build_report
+from edge_agent.reports.outbox import Outbox, Sink
+from edge_agent.reports.record import (
+    DiagnosisRecord,
+    FaultRecord,
+    Origin,
+    StopRecord,
+)
+from edge_agent.reports.sinks import DiskSink, MqttSink
+
+if TYPE_CHECKING:
+    from edge_agent.daemon.app import Daemon
+
+_log = get_logger(__name__)
+OUTBOX_DIR = "outbox"
+DECISIONS_IN_REPORT = 10
+
+
+class DaemonReports:
+    """See the module doc; `start()` after the state dir exists, `stop()` idempotent."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        cfg = daemon.cfg.reports
+        secrets = [s.reveal() for s in (cfg.webhook_url, daemon.cfg.mqtt.password) if s]
+        sinks: list[Sink] = [DiskSink(cfg.dir, cfg.max_files),
+                             MqttSink(self._publish, daemon.cfg.device.id)]
+        if cfg.webhook_url is not None:
+            from edge_agent.reports.webhook import WebhookSink
+
+            sinks.append(WebhookSink(
+                cfg.webhook_url.reveal(), fmt=cfg.webhook_format, device=daemon.cfg.device.id,
+                rate_per_min=cfg.webhook_rate_per_min, merge_window_s=cfg.merge_window_s,
+                timeout_s=cfg.webhook_timeout_s))
+        self.outbox = Outbox(daemon.state_dir / OUTBOX_DIR, sinks, max_entries=cfg.outbox_max,
+                             plot=cfg.plot, max_rows=cfg.table_rows,
+                             retry_min_s=cfg.retry_min_s, retry_max_s=cfg.retry_max_s,
+                             secrets=secrets, on_event=daemon.publisher.event,
+                             plot_repeat_s=cfg.merge_window_s)
+        self._sample_hz = daemon.executor.cfg.diagnostic_sample_hz
+
+    def subscribe(self) -> None:
+        """Listen to the latch and the executor's fault records (after the daemon's own
+        latch listener, which sends the stop frame)."""
+        self.d.latch.add_listener(self._on_latch)
+        self.d.executor.on_fault_record = self._on_fault_record
+
+    def start(self) -> None:
+        self.outbox.start()
+
+    def stop(self) -> None:
+        self.outbox.stop()
+
+    def status(self) -> dict[str, Any]:
+        return self.outbox.status()
+
+    def submit(self, record: FaultRecord) -> bool:
+        """Any record (a mode change too): built and delivered on the outbox thread."""
+        return self.outbox.submit(lambda: build_report(record, self._origin(), self._decisions()))
+
+    # -- sources (the thread that saw the fault: capture and enqueue only) --------------------
+    def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
+        if cause is None:
+            return  # a reset or an update, not a new stop
+        d = self.d
+        with d.exec_lock:  # re-entrant: a collision trips the latch inside the tick
+            ex = d.executor
+            mode, st, task, samples = ex.mode, ex.state.value, ex.task, ex.sensor_snapshot()
+        kind = "estop" if cause in ESTOP_CAUSES else "protective_stop"
+        mono = state.tripped_at if state.tripped_at is not None else d.clock.now()
+        wall = time.time()
+        hz = self._sample_hz
+
+        def make() -> FaultRecord:  # on the outbox thread: the window's rows are built there
+            return StopRecord(kind, cause.value, tuple(c.value for c in state.causes),
+                              state.hardware_input, wall, mono, mode, st, task,
+                              window_of(samples, hz))
+
+        self.outbox.submit(lambda: build_report(make(), self._origin(), self._decisions()))
+
+    def _on_fault_record(self, record: Mapping[str, Any]) -> None:
+        rec = DiagnosisRecord(time.time(), float(record.get("time", 0.0)), dict(record))
+        self.submit(rec)
+
+    # -- on the outbox thread --------------------------------------------------------------
+    def _origin(self) -> Origin:
+        d = self.d
+        sha = None
+        try:
+            st = d.policy.status()
+            model = st.get("model") if st else None
+            sha = model.get("sha256") if isinstance(model, Mapping) else None
+        except Exception:  # a report without the model's hash beats no report
+            _log.exception("report_model_status_failed")
+        return Origin(d.cfg.device.id, d.boot_id, d.cfg.hash, sha)
+
+    def _decisions(self) -> list[dict[str, Any]]:
+        j = self.d.decisions
+        if j is None:
+            return []
+        return [{"t_s": round(x.t, 4), "state": x.state, "action": x.action,
+                 "backend": x.backend, "outcome": x.outcome, "accepted": x.accepted,
+                 "latency_ms": round(x.latency_ms, 3) if math.isfinite(x.latency_ms) else None}
+                for x in j.recent(DECISIONS_IN_REPORT)]
+
+    def _publish(self, payload: Mapping[str, Any]) -> bool:
+        bridge = self.d.publisher.bridge
+        if bridge is None or not bridge.connected:
+            return False
+        return bridge.publish_report(payload)

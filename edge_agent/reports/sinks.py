@@ -1,0 +1,121 @@
+"""Two report sinks: the reports directory on disk, and the MQTT `report` topic.
+
+`DiskSink` writes `<dir>/<id>.md`, `.png` (when drawn) and `.json` (the report, for `edge-agent
+reports show`), atomically, and keeps the newest `max_files` reports. `MqttSink` builds the
+`report` payload (≤ 64 KiB: the Markdown is cut at a line with a pointer when longer; the PNG
+goes by reference) and hands it to a publish callable the daemon gives it — this module does not
+import paho.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from edge_agent.reports.markdown import cut_markdown
+from edge_agent.reports.outbox import Entry, Result
+from edge_agent.reports.record import is_report_id
+from edge_agent.store.atomic import fsync_dir, remove_durably, write_atomic
+
+MQTT_MAX_BYTES = 64 * 1024
+EXTENSIONS = (".md", ".png", ".json")
+
+
+class DiskSink:
+    """`<dir>/<id>.{md,png,json}`, pruned to the newest `max_files` reports."""
+
+    name = "disk"
+
+    def __init__(self, directory: Path, max_files: int) -> None:
+        self.dir = directory
+        self.max_files = max_files
+
+    def wait_s(self, now: float) -> float:
+        return 0.0
+
+    def group(self, entry: Entry, pending: Sequence[Entry]) -> list[Entry]:
+        return []  # every report is its own file
+
+    def deliver(self, entry: Entry, merged: Sequence[Entry], plot: Path | None,
+                state: dict[str, Any]) -> Result:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+            if plot is not None:
+                tmp = self.dir / f".{entry.id}.png.tmp"
+                shutil.copyfile(plot, tmp)
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                tmp.replace(self.dir / f"{entry.id}.png")
+            body = {**entry.report.as_dict(), "plot": f"{entry.id}.png" if plot else None}
+            write_atomic(self.dir / f"{entry.id}.json",
+                         json.dumps(body, separators=(",", ":")).encode(), mode=0o640,
+                         sync_dir=False)
+            write_atomic(self.dir / f"{entry.id}.md", entry.markdown.encode(), mode=0o640,
+                         sync_dir=False)
+            fsync_dir(self.dir)
+            self.prune()
+        except OSError as exc:
+            return Result(False, f"disk: {exc.__class__.__name__}: {exc.strerror}")
+        return Result(True)
+
+    def prune(self) -> int:
+        """Delete the oldest reports beyond max_files; how many were deleted."""
+        ids = sorted({p.stem for p in self.dir.iterdir()
+                      if p.suffix in EXTENSIONS and is_report_id(p.stem)})
+        old = ids[:max(0, len(ids) - self.max_files)]
+        remove_durably([self.dir / f"{i}{ext}" for i in old for ext in EXTENSIONS])
+        return len(old)
+
+
+def mqtt_payload(entry: Entry, device: str, plot: Path | None,
+                 max_bytes: int = MQTT_MAX_BYTES) -> dict[str, Any]:
+    """The `report` message (docs/asyncapi.yaml ReportPayload), at most `max_bytes` as JSON."""
+    r = entry.report
+    ref: dict[str, Any] | None = None
+    if plot is not None:
+        data = plot.read_bytes()
+        ref = {"file": f"{r.id}.png", "bytes": len(data),
+               "sha256": hashlib.sha256(data).hexdigest()}
+    payload: dict[str, Any] = {"v": 1, "id": r.id, "ts": r.wall, "kind": r.kind.value,
+                               "title": r.title, "fault": r.fault, "markdown": entry.markdown,
+                               "plot": ref}
+    size = len(json.dumps(payload, separators=(",", ":")).encode())
+    if size > max_bytes:
+        pointer = (f"*(cut to fit the MQTT payload limit: the full report is "
+                   f"`edge-agent reports show {r.id}` on {device})*")
+        budget = max_bytes - (size - len(json.dumps(entry.markdown).encode())) - 64
+        md = cut_markdown(entry.markdown, budget, pointer)
+        while len(json.dumps(md).encode()) > budget + 60:  # escapes made it longer
+            budget -= 512
+            md = cut_markdown(entry.markdown, budget, pointer)
+        payload["markdown"] = md
+        payload["cut"] = True
+    return payload
+
+
+class MqttSink:
+    """QoS 1 on `<prefix>/report` through `publish(payload) -> bool` (True: handed over to a
+    connected client)."""
+
+    name = "mqtt"
+
+    def __init__(self, publish: Callable[[Mapping[str, Any]], bool], device: str) -> None:
+        self.publish = publish
+        self.device = device
+
+    def wait_s(self, now: float) -> float:
+        return 0.0
+
+    def group(self, entry: Entry, pending: Sequence[Entry]) -> list[Entry]:
+        return []
+
+    def deliver(self, entry: Entry, merged: Sequence[Entry], plot: Path | None,
+                state: dict[str, Any]) -> Result:
+        if self.publish(mqtt_payload(entry, self.device, plot)):
+            return Result(True)
+        return Result(False, "mqtt: not connected")

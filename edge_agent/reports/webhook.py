@@ -1,0 +1,205 @@
+"""The chat webhook sink (WeCom group robot, or plain JSON) over urllib3.
+
+WeCom facts this follows: `{"msgtype": "markdown", "markdown": {"content"}}` with content at most
+4,096 bytes UTF-8 (cut here at a line, with a pointer to the full report); `{"msgtype": "image",
+"image": {"base64", "md5"}}` up to 2 MB for the plot; at most 20 messages a minute per robot (a
+token bucket here); HTTP 200 with `errcode` ≠ 0 is a failure (45009: rate limited). Every
+request carries the report's idempotency key (header `Idempotency-Key` and the body's
+`idempotency_key`), so a retry after a timeout or a crash can be de-duplicated by the receiver.
+Repeats of one fault inside `merge_window_s` go as one message with a count. TLS is verified,
+every request has connect and read timeouts, and the URL (its token) never reaches a log line or
+an error string: errors name the exception class and HTTP status only.
+"""
+
+from __future__ import annotations
+
+import base64
+import email.utils
+import hashlib
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from edge_agent.reports.build import utc
+from edge_agent.reports.markdown import cut_markdown
+from edge_agent.reports.outbox import Entry, Result
+
+WECOM_MARKDOWN_MAX = 4096
+WECOM_IMAGE_MAX = 2 * 1024 * 1024
+WECOM_RATE_LIMITED = 45009
+FORMATS = ("wecom", "json")
+
+
+class TokenBucket:
+    """`rate_per_min` tokens a minute, at most `capacity` saved up (a fake clock in tests)."""
+
+    def __init__(self, rate_per_min: float, capacity: float | None = None) -> None:
+        self.rate_s = rate_per_min / 60.0
+        self.capacity = float(capacity if capacity is not None else rate_per_min)
+        self.tokens = self.capacity
+        self._at: float | None = None
+
+    def _refill(self, now: float) -> None:
+        if self._at is not None:
+            self.tokens = min(self.capacity, self.tokens + (now - self._at) * self.rate_s)
+        self._at = now
+
+    def wait_s(self, now: float) -> float:
+        """Seconds until one token is there (0: now)."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) / self.rate_s
+
+    def take(self, now: float) -> bool:
+        self._refill(now)
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+def parse_retry_after(value: str | None, now_wall: float) -> float | None:
+    """`Retry-After` as seconds from now: delta-seconds or an HTTP date; None when absent/bad."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        secs = when.timestamp() - now_wall
+    return max(0.0, min(secs, 3600.0)) if math.isfinite(secs) else None
+
+
+def merged_note(entry: Entry, merged: Sequence[Entry]) -> str:
+    """The line that says a message stands for several reports of the same fault."""
+    if not merged:
+        return ""
+    last = max(m.report.wall for m in merged)
+    return (f"**{1 + len(merged)}× this fault** between {utc(entry.report.wall)} and "
+            f"{utc(last)} (reports: {', '.join([entry.id, *(m.id for m in merged)])})\n\n")
+
+
+def wecom_messages(entry: Entry, merged: Sequence[Entry], plot: Path | None,
+                   device: str) -> list[tuple[str, dict[str, Any]]]:
+    """(part name, body) of each message for one report: markdown, then the plot image."""
+    key = entry.id
+    pointer = (f"*(cut: the full report is `edge-agent reports show {entry.id}` on {device}, "
+               f"or MQTT `report` id {entry.id})*")
+    text = cut_markdown(merged_note(entry, merged) + entry.markdown, WECOM_MARKDOWN_MAX, pointer)
+    out: list[tuple[str, dict[str, Any]]] = [("markdown", {
+        "msgtype": "markdown", "markdown": {"content": text}, "idempotency_key": key})]
+    if plot is not None:
+        data = plot.read_bytes()
+        if len(data) <= WECOM_IMAGE_MAX:
+            out.append(("image", {"msgtype": "image", "image": {
+                "base64": base64.b64encode(data).decode(), "md5": hashlib.md5(data).hexdigest()},
+                "idempotency_key": f"{key}.plot"}))
+    return out
+
+
+def json_message(entry: Entry, merged: Sequence[Entry], plot: Path | None
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """One plain JSON message: the report's headline fields, Markdown and the plot inline."""
+    r = entry.report
+    image = None
+    if plot is not None:
+        data = plot.read_bytes()
+        if len(data) <= WECOM_IMAGE_MAX:
+            image = {"base64": base64.b64encode(data).decode(),
+                     "md5": hashlib.md5(data).hexdigest()}
+    return [("report", {"v": 1, "idempotency_key": r.id, "id": r.id, "ts": r.wall,
+                        "kind": r.kind.value, "fault": r.fault, "title": r.title,
+                        "device": r.origin.device, "count": 1 + len(merged),
+                        "ids": [r.id, *(m.id for m in merged)],
+                        "markdown": merged_note(entry, merged) + entry.markdown, "plot": image})]
+
+
+class WebhookSink:
+    """See the module doc. `url` is the secret itself (kept here, never logged)."""
+
+    name = "webhook"
+
+    def __init__(self, url: str, *, fmt: str = "wecom", device: str, rate_per_min: float = 20.0,
+                 merge_window_s: float = 60.0, timeout_s: float = 10.0,
+                 ca_file: str | None = None) -> None:
+        import urllib3  # lazy: only a daemon with a webhook pays for it
+
+        if fmt not in FORMATS:
+            raise ValueError(f"webhook format {fmt!r} (expected one of {', '.join(FORMATS)})")
+        self._url = url
+        self.fmt = fmt
+        self.device = device
+        self.bucket = TokenBucket(rate_per_min)
+        self.merge_window_s = merge_window_s
+        self._timeout = urllib3.Timeout(connect=min(5.0, timeout_s), read=timeout_s)
+        self._http = urllib3.PoolManager(cert_reqs="CERT_REQUIRED", ca_certs=ca_file,
+                                         retries=False, maxsize=1)
+        self._errors: tuple[type[BaseException], ...] = (urllib3.exceptions.HTTPError, OSError)
+        self.requests = 0
+
+    def wait_s(self, now: float) -> float:
+        return self.bucket.wait_s(now)
+
+    def group(self, entry: Entry, pending: Sequence[Entry]) -> list[Entry]:
+        """Later pending reports of the same fault inside the merge window."""
+        if self.merge_window_s <= 0:
+            return []
+        end = entry.report.wall + self.merge_window_s
+        return [e for e in pending if e.report.fault == entry.report.fault
+                and entry.report.wall <= e.report.wall <= end][:100]
+
+    def deliver(self, entry: Entry, merged: Sequence[Entry], plot: Path | None,
+                state: dict[str, Any]) -> Result:
+        parts = (wecom_messages(entry, merged, plot, self.device) if self.fmt == "wecom"
+                 else json_message(entry, merged, plot))
+        done: list[str] = state.setdefault("parts_done", [])
+        for part, body in parts:
+            if part in done:
+                continue
+            if not self.bucket.take(time.monotonic()):
+                return Result(False, "webhook: local rate limit",
+                              retry_after_s=self.bucket.wait_s(time.monotonic()), deferred=True)
+            res = self._post(body)
+            if not res.ok:
+                return res
+            done.append(part)
+        return Result(True)
+
+    def _post(self, body: dict[str, Any]) -> Result:
+        data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        self.requests += 1
+        try:
+            resp = self._http.request(
+                "POST", self._url, body=data, timeout=self._timeout, redirect=False,
+                headers={"Content-Type": "application/json; charset=utf-8",
+                         "Idempotency-Key": str(body["idempotency_key"])})
+        except self._errors as exc:  # the message may hold the URL: the class name only
+            return Result(False, f"webhook: {type(exc).__name__}")
+        retry_after = parse_retry_after(resp.headers.get("Retry-After"), time.time())
+        errcode, errmsg = _errcode(resp.data)
+        if resp.status == 429 or errcode == WECOM_RATE_LIMITED:
+            return Result(False, f"webhook: rate limited (HTTP {resp.status}, errcode "
+                                 f"{errcode})", retry_after)
+        if not 200 <= resp.status < 300:
+            return Result(False, f"webhook: HTTP {resp.status}", retry_after)
+        if errcode not in (None, 0):
+            return Result(False, f"webhook: errcode {errcode} {errmsg[:80]}", retry_after)
+        if self.fmt == "wecom" and errcode is None:
+            return Result(False, f"webhook: HTTP {resp.status} without an errcode", retry_after)
+        return Result(True)
+
+
+def _errcode(data: bytes) -> tuple[int | None, str]:
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None, ""
+    if not isinstance(body, dict) or not isinstance(body.get("errcode"), int):
+        return None, ""
+    return int(body["errcode"]), str(body.get("errmsg", ""))
