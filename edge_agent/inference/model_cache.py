@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from edge_agent.inference.model_card import (
 )
 from edge_agent.inference.model_signing import verify_card
 from edge_agent.log import get_logger
+from edge_agent.store.atomic import write_atomic
 
 log = get_logger(__name__)
 POINTER = "active.json"
@@ -212,7 +212,7 @@ class ModelCache:
     def _collect(self, keep: set[str | None]) -> None:
         for f in self.dir.iterdir():
             sha = f.name.split(".", 1)[0]
-            if f.name != POINTER and (sha not in keep or f.name.startswith(".tmp")):
+            if f.name != POINTER and (sha not in keep or f.name.endswith(".tmp")):
                 with contextlib.suppress(OSError):
                     f.unlink()
 
@@ -246,19 +246,5 @@ def _smoke_problems(session: Any) -> list[str]:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     """tmp + fsync + os.replace + fsync(dir): the file is old or new after any crash."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    write_atomic(path, data, mode=0o644)
 

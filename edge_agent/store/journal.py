@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
+from edge_agent.store.atomic import fsync_dir
 
 log = get_logger(__name__)
 
@@ -103,14 +104,6 @@ class RepairReport:
 
 def _segment_name(name: str, index: int) -> str:
     return f"{name}.{index:010d}.jnl"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _scan(f: BinaryIO) -> Iterator[tuple[int, bytes | str]]:
@@ -248,7 +241,7 @@ class Journal:
         try:
             self._write_all(fd, MAGIC)
             os.fsync(fd)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except BaseException:
             os.close(fd)
             raise
@@ -259,7 +252,7 @@ class Journal:
         if len(segs) > self.max_segments:
             for old in segs[: len(segs) - self.max_segments]:
                 old.unlink()
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     # ------------------------------------------------------------------ append
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
+from edge_agent.store.atomic import fsync_dir
 
 log = get_logger(__name__)
 
@@ -70,14 +71,6 @@ class _Corrupt(Exception):
         super().__init__(reason)
         self.reason = reason
         self.generation = generation
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class SnapshotStore:
@@ -218,7 +211,7 @@ class SnapshotStore:
         except OSError as exc:
             self._current_ok = None  # re-verify before the next rotation
             raise StoreError(f"snapshot {self.name}: rename failed: {exc}") from exc
-        self._fsync(lambda: _fsync_dir(self.directory), "fsync(dir)")
+        self._fsync(lambda: fsync_dir(self.directory), "fsync(dir)")
         self._current_ok = True
         self.generation = gen
         return gen
