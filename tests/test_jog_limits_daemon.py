@@ -31,7 +31,8 @@ def _recover_from_jog_lost(d: DaemonProc) -> None:
     """A loaded machine let the jog stream's ttl (200 ms) run out between two jogs: the jog
     deadman's protective stop (not what this test is about). Reset and go on jogging."""
     causes = d.socket_cmd("status")["result"]["stop"]["causes"]
-    assert causes == ["jog_lost"], causes
+    # a stall past the deadman mid-jog is a deadman stop: also a stall, not a limit
+    assert set(causes) <= {"jog_lost", "deadman"} and causes, causes
     wait_until(lambda: d.socket_cmd("reset")["ok"], 30, "reset after jog_lost")
     wait_until(lambda: d.socket_cmd("manual.enter")["ok"], 30, "manual mode again")
 

@@ -53,6 +53,10 @@ INSTALL_SKIPPED_PREFIXES = {
     "ls -l /dev/serial/by-id/": "needs the robot's serial adapter",
     "/opt/edge-agent/": "needs the software installed under /opt (root)",
     "# ": "a comment",
+    "edge-agent model ": "the release side: runs where the release key lives, with edge-agent on "
+                         "PATH (tests/test_trust_models.py runs keygen, sign and verify)",
+    "edge-agent cmd model.update ": "needs a running robot daemon and a signed model in its drop "
+                                    "directory (tests/test_trust_models.py does it on a sim)",
 }
 
 
@@ -242,6 +246,14 @@ def test_readme_commands_work_as_written_against_the_simulated_daemon(
                 assert "sim-01" in out.stdout, out.stdout
                 done.append("watch")
                 continue
+            if argv[:2] == ["reports", "list"]:
+                # the daemon runs on the test's private state dir (the one addition, as above)
+                out = _sh(line + f" --state-dir {tmp_path / 'state'} --json")
+                assert out.returncode == 0, (line, out.stdout, out.stderr)
+                kinds = [r.get("kind") for r in json.loads(out.stdout)]
+                assert "estop" in kinds, out.stdout  # the e-stop above left its report
+                done.append("reports")
+                continue
             out = _sh(line)
             assert out.returncode == 0, (line, out.stdout, out.stderr,
                                          "\n".join(sim.lines[-30:]))
@@ -255,7 +267,8 @@ def test_readme_commands_work_as_written_against_the_simulated_daemon(
             if name == "status":
                 assert reply["result"]["device"] == "sim-01"
             done.append(name)
-        assert done == ["status", "task.start", "estop", "reset", "resume", "watch"], done
+        assert done == ["status", "task.start", "estop", "reset", "resume", "watch",
+                        "reports"], done
     finally:
         sim.stop()
     assert sim.proc.returncode == 0, "\n".join(sim.lines[-30:])
