@@ -26,10 +26,13 @@ def test_the_official_parser_accepts_the_document() -> None:
 
 
 def test_the_checker_rejects_an_invalid_document(tmp_path: Path) -> None:
-    """The check can fail: an empty enum (what the document had before) is an error."""
+    """The check can fail: an empty enum (what DegradationMode once had) is an error."""
     doc = (REPO / "docs" / "asyncapi.yaml").read_text(encoding="utf-8")
     bad = tmp_path / "bad.yaml"
-    bad.write_text(doc.replace("      not: {}\n", "      enum: []\n", 1), encoding="utf-8")
+    modes = ("      enum: [cpu_inference, remote_policy_lost, cached_policy, rule_policy, "
+             "sensor_predicted,\n             broker_lost]\n")
+    assert modes in doc
+    bad.write_text(doc.replace(modes, "      enum: []\n", 1), encoding="utf-8")
     assert bad.read_text(encoding="utf-8") != doc
     proc = subprocess.run([shutil.which("node") or "node", str(CHECKER / "check.mjs"), str(bad)],
                           capture_output=True, text=True, timeout=120, check=False)

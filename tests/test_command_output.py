@@ -6,8 +6,9 @@ through the real daemon core: tests/test_stop_model_daemon.py.)"""
 from __future__ import annotations
 
 from edge_agent.daemon.output import CommandOutput
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
 from edge_agent.link.codec import Command, GAt, Message, Mode
+from edge_agent.vocab import StopCause
 
 PERIOD = 0.002
 

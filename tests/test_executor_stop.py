@@ -8,9 +8,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from edge_agent.executor.latch import StopCause
 from edge_agent.executor.tasks import State
 from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.vocab import StopCause
 
 
 def _still(cmd: Command) -> bool:

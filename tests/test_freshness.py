@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from edge_agent.commands import MOTION_COMMANDS, CommandAPI, CommandContext, Freshness, Mode
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
+from edge_agent.vocab import StopCause
 
 
 class Wall:

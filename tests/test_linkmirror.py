@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.daemon.linkmirror import LinkMirror
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
 from edge_agent.link.codec import FrameDecoder, Status, StatusFlag, encode
 from edge_agent.robot import load_robot
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.sensors.kalman import EstimatorBank
 from edge_agent.sensors.readings import Source
+from edge_agent.vocab import StopCause
 
 REPO = Path(__file__).resolve().parents[1]
 ROBOT = load_robot(REPO / "configs" / "robot" / "edge-arm-4.toml")

@@ -25,7 +25,7 @@ from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 from mqtt_payloads import FuzzMessage, fuzz_stream
 
-from edge_agent.commands.codes import ErrorCode
+from edge_agent.vocab import ErrorCode
 
 N = int(os.environ.get("EDGE_FUZZ_N", "2000"))
 SEED = int(os.environ.get("EDGE_FUZZ_SEED", "20240607"))

@@ -13,19 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from edge_agent.commands.codes import ErrorCode
-
-
-class Mode(StrEnum):
-    """The executor's externally visible mode (one column of the matrix)."""
-
-    IDLE = "idle"
-    RUNNING = "running"
-    HOLDING = "holding"
-    DIAGNOSTIC = "diagnostic"
-    MANUAL = "manual"
-    PROTECTIVE_STOP = "protective_stop"
-    ESTOP = "estop"
+from edge_agent.vocab import ErrorCode, Mode
 
 
 class Verdict(StrEnum):

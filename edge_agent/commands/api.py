@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from edge_agent.clock import Clock, MonotonicClock
-from edge_agent.commands.admission import Admission, AdmissionContext, Mode, Verdict, admit
-from edge_agent.commands.codes import CommandRefused, ErrorCode, Reply
+from edge_agent.commands.admission import Admission, AdmissionContext, Verdict, admit
+from edge_agent.commands.codes import CommandRefused, Reply
 from edge_agent.commands.dedup import DedupEntry, DedupStore, DedupWindow
 from edge_agent.commands.freshness import Epoch, Freshness
 from edge_agent.commands.schema import (
@@ -33,6 +33,7 @@ from edge_agent.commands.schema import (
     recover_id,
 )
 from edge_agent.log import get_logger
+from edge_agent.vocab import ErrorCode, Mode
 
 _log = get_logger(__name__)
 

@@ -4,47 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from edge_agent.errors import EdgeAgentError
+from edge_agent.vocab import ErrorCode
 
 PROTOCOL_VERSION = 1
-
-
-class ErrorCode(StrEnum):
-    """Stable reply error codes; adding one is a documented change (docs/asyncapi.yaml)."""
-
-    # The payload itself.
-    BAD_JSON = "bad_json"
-    TOO_LARGE = "too_large"
-    TOO_DEEP = "too_deep"
-    NOT_OBJECT = "not_object"
-    MISSING_ID = "missing_id"
-    BAD_ID = "bad_id"
-    DUPLICATE_ID = "duplicate_id"  # the id was already used for another command
-    BAD_VERSION = "bad_version"
-    UNKNOWN_COMMAND = "unknown_command"
-    BAD_ARGS = "bad_args"
-    # Admission and execution.
-    BUSY = "busy"
-    REFUSED = "refused"
-    NOT_ADMITTED = "not_admitted"
-    ESTOP_ACTIVE = "estop_active"
-    CAUSE_PRESENT = "cause_present"
-    NOTHING_TO_RESUME = "nothing_to_resume"
-    OUT_OF_WORKSPACE = "out_of_workspace"
-    UNREACHABLE = "unreachable"
-    EXPIRED = "expired"
-    STALE = "stale"  # sent before the latest stop or reset (commands/freshness.py)
-    CLOCK_SKEW = "clock_skew"  # `ts` further ahead of the daemon's clock than allowed
-    RETAINED = "retained"  # a retained MQTT message is never a command
-    RATE_LIMITED = "rate_limited"
-    DISABLED = "disabled"
-    NOT_IMPLEMENTED = "not_implemented"  # no handler registered for a known command
-    TIMEOUT = "timeout"
-    OVERLOADED = "overloaded"  # a transport's inbox overflowed
-    INTERNAL = "internal"
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from edge_agent.commands.codes import ErrorCode
+from edge_agent.vocab import ErrorCode
 
 MOTION_COMMANDS = frozenset({"task.start", "resume", "manual.enter", "manual.jog"})
 DEFAULT_CLOCK_SKEW_S = 1.0

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edge_agent.commands.codes import PROTOCOL_VERSION, ErrorCode
+from edge_agent.commands.codes import PROTOCOL_VERSION
+from edge_agent.vocab import ErrorCode
 
 COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",

@@ -26,11 +26,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edge_agent.commands.api import CommandAPI
-from edge_agent.commands.codes import ErrorCode, Reply
+from edge_agent.commands.codes import Reply
 from edge_agent.commands.schema import COMMANDS, PayloadError, decode
 from edge_agent.comms.socket_overflow import OverflowLane
 from edge_agent.errors import EdgeAgentError
 from edge_agent.log import get_logger
+from edge_agent.vocab import ErrorCode
 
 _log = get_logger(__name__)
 SOCKET_NAME = "control.sock"

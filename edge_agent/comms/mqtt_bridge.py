@@ -41,7 +41,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from edge_agent import __version__
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands.api import CommandAPI
-from edge_agent.commands.codes import ErrorCode, Reply
+from edge_agent.commands.codes import Reply
 from edge_agent.commands.schema import recover_id
 from edge_agent.comms.inbox import CommandInbox, InboundCommand
 from edge_agent.comms.mqtt_common import (
@@ -57,6 +57,7 @@ from edge_agent.comms.mqtt_common import (
     to_payload,
 )
 from edge_agent.log import get_logger
+from edge_agent.vocab import ErrorCode
 
 _log = get_logger(__name__)
 

@@ -40,7 +40,7 @@ from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.errors import EdgeAgentError, LinkError
 from edge_agent.executor.collector import CollectionStats
 from edge_agent.executor.executor import Executor
-from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause, StopLatch
+from edge_agent.executor.latch import LatchState, StopLatch
 from edge_agent.executor.loop import RateLoop
 from edge_agent.executor.tasks import ExecutorConfig
 from edge_agent.link.codec import Command, Enable, Message, Mode, Stop, StopCategory, StopReason
@@ -51,6 +51,7 @@ from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
+from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
 _log = get_logger(__name__)
 
@@ -247,7 +248,7 @@ class Daemon:
         waited = self.cfg.link.hello_timeout_s
         if self.mirror.wait_gstate(0.0, timeout=waited, pred=lambda g: g.link_up) is None:
             self.latch.set_condition(StopCause.LINK_FAULT, True, self.clock.now())
-            self.publisher.event({"type": "link_fault", "cause": "no_device", "port": port,
+            self.publisher.event({"type": EventType.LINK_FAULT, "cause": "no_device", "port": port,
                                   "waited_s": waited})
         else:
             self.link_up_ms = round(ms_since_start(self.mirror.gstate_at), 1)
@@ -271,10 +272,11 @@ class Daemon:
                   unclean_restart=restored.unclean, snapshot_generation=restored.generation,
                   corrupt_files=restored.corrupt_files, config_hash=self.cfg.hash,
                   phases_ms=phases())
-        self.publisher.event({"type": "ready", "startup_ms": self.startup_ms,
+        self.publisher.event({"type": EventType.READY, "startup_ms": self.startup_ms,
                               "eager": self.eager, "unclean_restart": restored.unclean})
         if restored.corrupt_files:
-            self.publisher.event({"type": "snapshot_corrupt", "files": restored.corrupt_files,
+            self.publisher.event({"type": EventType.SNAPSHOT_CORRUPT,
+                                  "files": restored.corrupt_files,
                                   "used_previous": restored.used_previous})
         self.heap.ready()  # start-up garbage frozen; automatic full collections off
 
@@ -299,7 +301,7 @@ class Daemon:
             self.hub.attach_estimators(EstimatorBank.create(self.cfg.robot))
             ms = round((time.monotonic() - t0) * 1e3, 1)
             self.background["estimators"] = {"ok": True, "ms": ms}
-            self.publisher.event({"type": "estimators_ready", "ms": ms})
+            self.publisher.event({"type": EventType.ESTIMATORS_READY, "ms": ms})
         except Exception as exc:
             self.background["estimators"] = {"ok": False, "error": str(exc)}
             _log.exception("estimators_failed")
@@ -353,10 +355,12 @@ class Daemon:
             self._send_stop(cause)
         self.save_snapshot()
         if cause is not None:
-            self.publisher.event({"type": "stop", "kind": state.kind.value if state.kind else None,
+            self.publisher.event({"type": EventType.STOP,
+                                  "kind": state.kind.value if state.kind else None,
                                   "cause": cause.value})
         else:
-            self.publisher.event({"type": "stop_cleared" if not state.latched else "stop_update",
+            cleared = EventType.STOP_CLEARED if not state.latched else EventType.STOP_UPDATE
+            self.publisher.event({"type": cleared,
                                   "hardware_input": state.hardware_input})
         self.publisher.state_changed()
 

@@ -22,6 +22,7 @@ from edge_agent.errors import LinkError
 from edge_agent.link.codec import Message, Ping
 from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription
+from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon
@@ -113,7 +114,7 @@ def calibrate_daemon(d: Daemon, *, object_reference: Sequence[float] | None = No
     ms = round((time.monotonic() - t0) * 1e3, 1)
     if res is None:
         d.background["calibration"] = {"ok": False, "reason": why, "ms": ms}
-        d.publisher.event({"type": "calibration_failed", "reason": why})
+        d.publisher.event({"type": EventType.CALIBRATION_FAILED, "reason": why})
         return None
     channels = tuple(apply) if apply is not None else (
         DEFAULT_APPLY + (("object_pose",) if object_reference is not None else ()))
@@ -126,7 +127,8 @@ def calibrate_daemon(d: Daemon, *, object_reference: Sequence[float] | None = No
         offsets = {}
     summary: dict[str, Any] = {"ok": True, "ms": ms, "applied": sorted(offsets), **res.as_dict()}
     d.background["calibration"] = summary
-    d.publisher.event({"type": "calibration_ready", **_event_fields(res, sorted(offsets), ms)})
+    d.publisher.event({"type": EventType.CALIBRATION_READY,
+                       **_event_fields(res, sorted(offsets), ms)})
     return res
 
 

@@ -20,8 +20,9 @@ import math
 from collections.abc import Callable
 
 from edge_agent.daemon.linkmirror import LinkMirror
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
 from edge_agent.log import get_logger
+from edge_agent.vocab import StopCause
 
 _log = get_logger(__name__)
 

@@ -14,9 +14,10 @@ from edge_agent import __version__
 from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
 from edge_agent.comms.jsonline import json_line_request
 from edge_agent.errors import EdgeAgentError
-from edge_agent.executor.latch import ResetRefused, StopCause
+from edge_agent.executor.latch import ResetRefused
 from edge_agent.executor.records import CommandResult
 from edge_agent.link.codec import StopReason
+from edge_agent.vocab import estop_cause
 
 if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon
@@ -32,10 +33,9 @@ def register_handlers(d: Daemon) -> None:
         return d.status()
 
     def estop(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        cause = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
-                 "socket": StopCause.ESTOP_LOCAL}.get(ctx.source, StopCause.ESTOP_LOCAL)
         if ctx.source not in ("mqtt", "fleet", "socket"):
-            d.estop(cause)  # the transports already called on_estop for this very message
+            # (the transports already called on_estop for this very message)
+            d.estop(estop_cause(ctx.source))
         # The reply goes out only once the latch is on disk (or the store says it failed).
         d.save_snapshot()
         persisted = d.writer.flush(timeout=1.0)

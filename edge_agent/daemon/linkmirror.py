@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
 from edge_agent.link.codec import (
     EstopEdge,
     Event,
@@ -29,6 +29,7 @@ from edge_agent.link.codec import (
 )
 from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
+from edge_agent.vocab import EventType, StopCause
 
 _log = get_logger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
@@ -81,11 +82,11 @@ class LinkMirror:
         elif isinstance(msg, HelloAck):
             self.hello = msg
             if not msg.accepted:
-                self._emit({"type": "link_fault", "cause": "version_mismatch",
+                self._emit({"type": EventType.LINK_FAULT, "cause": "version_mismatch",
                             "firmware_version": msg.proto_version})
         elif isinstance(msg, Event):
             self.fw_events += 1
-            self._emit({"type": "firmware_event", "code": msg.code.name.lower(),
+            self._emit({"type": EventType.FIRMWARE_EVENT, "code": msg.code.name.lower(),
                         "detail": msg.detail})
         elif isinstance(msg, Pong):
             with self._cond:
@@ -96,7 +97,7 @@ class LinkMirror:
     def _set_input(self, pressed: bool, now: float) -> None:
         self._hw_input = pressed
         self._latch.set_hardware_input(pressed, now)
-        self._emit({"type": "estop_input", "pressed": pressed})
+        self._emit({"type": EventType.ESTOP_INPUT, "pressed": pressed})
 
     def _on_gstate(self, g: GState, now: float) -> None:
         prev = self.gstate
@@ -113,14 +114,14 @@ class LinkMirror:
             # (after a bounded wait) whether that is a fault.
             if g.link_up or self.ever_up:
                 self._latch.set_condition(StopCause.LINK_FAULT, not g.link_up, now)
-                self._emit({"type": "link_up" if g.link_up else "link_fault",
+                self._emit({"type": EventType.LINK_UP if g.link_up else EventType.LINK_FAULT,
                             "cause": None if g.link_up else "serial_link"})
         if g.latched and g.cause == StopReason.ESTOP_INPUT and not self._latch.latched:
             self._latch.trip(StopCause.ESTOP_INPUT, now)
         elif g.latched and g.cause == StopReason.DEADMAN and not self.closing:
             self._latch.trip(StopCause.DEADMAN, now)  # no-op (False) once latched
         if (prev is None or (g.deadman_hold and not prev.deadman_hold)) and g.deadman_hold:
-            self._emit({"type": "deadman_hold", "source": "guardian"})
+            self._emit({"type": EventType.DEADMAN_HOLD, "source": "guardian"})
 
     # -- other threads -----------------------------------------------------------------------
     def wait_gstate(self, after: float, timeout: float,

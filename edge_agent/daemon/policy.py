@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.log import get_logger
+from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
@@ -73,7 +74,7 @@ class DaemonPolicy:
             return {"ok": False, "error": str(exc)}
         ms = round((time.monotonic() - t0) * 1e3, 1)
         backend = stack.router.preferred_ready()
-        self._publish({"type": "policy_ready", "ms": ms, "model_ready": stack.model_ready(),
+        self._publish({"type": EventType.POLICY_READY, "ms": ms, "model_ready": stack.model_ready(),
                        "backend": backend})
         return {"ok": stack.model_ready(), "ms": ms, "backend": backend}
 

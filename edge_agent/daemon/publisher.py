@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent.comms import runtime_dir
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
-from edge_agent.executor.latch import StopCause
 from edge_agent.log import get_logger
+from edge_agent.vocab import EventType, estop_cause
 
 if TYPE_CHECKING:
     from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.daemon.app import Daemon
 
 _log = get_logger(__name__)
-_ESTOP_SOURCE = {"mqtt": StopCause.ESTOP_MQTT, "fleet": StopCause.ESTOP_FLEET,
-                 "socket": StopCause.ESTOP_LOCAL}
 
 
 class Publisher:
@@ -133,11 +131,11 @@ class Publisher:
 
     def on_estop(self, source: str) -> None:
         """Called in paho's (or the socket's) thread before the command is parsed."""
-        self.d.estop(_ESTOP_SOURCE.get(source, StopCause.ESTOP_MQTT))
+        self.d.estop(estop_cause(source))
 
     def _on_connection(self, up: bool) -> None:
         self._dirty = True
-        self.event({"type": "mqtt_connected" if up else "mqtt_disconnected"})
+        self.event({"type": EventType.MQTT_CONNECTED if up else EventType.MQTT_DISCONNECTED})
 
     # -- outgoing --------------------------------------------------------------------------
     def event(self, fields: dict[str, Any]) -> None:

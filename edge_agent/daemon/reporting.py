@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.executor.latch import ESTOP_CAUSES, LatchState, StopCause
+from edge_agent.executor.latch import LatchState
 from edge_agent.executor.monitor import window_of
 from edge_agent.log import get_logger
 from edge_agent.reports.build import build_report
@@ -27,6 +27,7 @@ from edge_agent.reports.record import (
     StopRecord,
 )
 from edge_agent.reports.sinks import DiskSink, MqttSink
+from edge_agent.vocab import ESTOP_CAUSES, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon

@@ -21,10 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from edge_agent.executor.latch import StopCause, StopLatch
+from edge_agent.executor.latch import StopLatch
 from edge_agent.link.codec import StatusFlag
 from edge_agent.robot import RobotDescription
 from edge_agent.sensors.readings import Snapshot
+from edge_agent.vocab import EventType, StopCause
 
 _FAULT = int(StatusFlag.FAULT)
 AT_LIMIT_FRACTION = 0.98  # a joint current this close to current_max_a is an overcurrent
@@ -47,10 +48,10 @@ class StopConditions:
             was = self.lost
             self.lost = lost
             if lost:
-                self._emit("sensor_lost", channels=list(lost),
+                self._emit(EventType.SENSOR_LOST, channels=list(lost),
                            age_s={c: _age(snap, c) for c in lost})
             else:
-                self._emit("sensor_back", channels=list(was))
+                self._emit(EventType.SENSOR_BACK, channels=list(was))
             if bool(lost) != bool(was):
                 self._latch.set_condition(StopCause.SENSOR_BOUND, bool(lost), now)
         held = (StopCause.COLLISION in self._latch.state.causes

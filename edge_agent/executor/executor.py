@@ -22,18 +22,20 @@ from typing import Any
 from edge_agent.executor.conditions import StopConditions
 from edge_agent.executor.controllers import GripController, Measured, Vec3, measure
 from edge_agent.executor.kinematics import IKFailure
-from edge_agent.executor.latch import ResetRefused, StopCause, StopKind, StopLatch
+from edge_agent.executor.latch import ResetRefused, StopLatch
 from edge_agent.executor.machine import Trigger, is_motion
 from edge_agent.executor.manual import JogController, JogFrame
 from edge_agent.executor.monitor import CollisionMonitor
 from edge_agent.executor.paths import task_points
 from edge_agent.executor.policy import ExpertPolicy, Policy
-from edge_agent.executor.records import CommandResult, Outcome, Refusal, TaskRun, vec3
+from edge_agent.executor.records import CommandResult, Outcome, TaskRun, vec3
 from edge_agent.executor.run import Event, TaskRunner
 from edge_agent.executor.tasks import TASKS, ExecutorConfig, GripperAction, State
 from edge_agent.link.codec import Command, GripperMode, Mode
 from edge_agent.robot import RobotDescription
 from edge_agent.sensors.readings import Snapshot, Source
+from edge_agent.vocab import ErrorCode, EventType, StopCause, StopKind
+from edge_agent.vocab import Mode as ExecMode
 
 SNAPSHOT_VERSION = 1
 _MAX_DT = 0.1  # a longer gap between ticks is integrated as this (no giant PID steps)
@@ -64,19 +66,19 @@ class Executor(TaskRunner):
         return self._fsm.state
 
     @property
-    def mode(self) -> str:
-        """idle | running | holding | diagnostic | manual | protective_stop | estop."""
+    def mode(self) -> ExecMode:
+        """The externally visible mode (`state.mode`, the admission matrix's column)."""
         kind = self.latch.state.kind
         if kind is StopKind.ESTOP:
-            return "estop"
+            return ExecMode.ESTOP
         if kind is StopKind.PROTECTIVE:
-            return "protective_stop"
+            return ExecMode.PROTECTIVE_STOP
         st = self._fsm.state
         if is_motion(st):
-            return "running"
+            return ExecMode.RUNNING
         if st in (State.ESTOP, State.PROTECTIVE_STOP):  # reset, not yet ticked
-            return "holding" if self.has_saved_task() else "idle"
-        return st.value
+            return ExecMode.HOLDING if self.has_saved_task() else ExecMode.IDLE
+        return ExecMode(st.value)
 
     @property
     def has_measurement(self) -> bool:
@@ -139,7 +141,7 @@ class Executor(TaskRunner):
         joint = self._monitor.update(now, m.current, dt)
         if joint is not None:
             self.counters.collisions += 1
-            self._emit("collision", joint=self.robot.joints[joint].name,
+            self._emit(EventType.COLLISION, joint=self.robot.joints[joint].name,
                        detail=self._monitor.last_trip)
             self.latch.trip(StopCause.COLLISION, now)
             self._sync_latch(now)
@@ -161,7 +163,7 @@ class Executor(TaskRunner):
         sp, lost = self._jog.update(now, m.q, dt)
         if lost:
             self.counters.jog_lost += 1
-            self._emit("jog_lost")
+            self._emit(EventType.JOG_LOST)
             if self.cfg.jog_loss_trips:
                 self.latch.trip(StopCause.JOG_LOST, now)
                 self._sync_latch(now)
@@ -186,7 +188,7 @@ class Executor(TaskRunner):
         if is_motion(before) and self._run is not None:
             self._saved = True
             self._attempt = None
-            self._emit("task_frozen", task_id=self._run.task_id, state=before.value,
+            self._emit(EventType.TASK_FROZEN, task_id=self._run.task_id, state=before.value,
                        stop=ls.kind.value if ls.kind else None,
                        cause=ls.first_cause.value if ls.first_cause else None)
         if ls.kind is not None:
@@ -199,7 +201,7 @@ class Executor(TaskRunner):
         else:
             self._fsm.fire(Trigger.REARM)
         if self._fsm.state is not before:
-            self._emit("mode_changed", mode=self.mode, state=self._fsm.state.value)
+            self._emit(EventType.MODE_CHANGED, mode=self.mode, state=self._fsm.state.value)
 
     # -- commands ------------------------------------------------------------------------
     def _pre(self, now: float) -> None:
@@ -210,13 +212,13 @@ class Executor(TaskRunner):
 
     def _refuse_by_mode(self, command: str) -> CommandResult | None:
         mode = self.mode
-        if mode == "estop":
-            return CommandResult.refuse(Refusal.ESTOP_ACTIVE, f"{command}: e-stop latched")
-        if mode == "protective_stop":
-            return CommandResult.refuse(Refusal.NOT_ADMITTED,
+        if mode == ExecMode.ESTOP:
+            return CommandResult.refuse(ErrorCode.ESTOP_ACTIVE, f"{command}: e-stop latched")
+        if mode == ExecMode.PROTECTIVE_STOP:
+            return CommandResult.refuse(ErrorCode.NOT_ADMITTED,
                                         f"{command}: protective stop latched; reset first")
-        if mode == "running":
-            return CommandResult.refuse(Refusal.BUSY, f"{command}: a task is running")
+        if mode == ExecMode.RUNNING:
+            return CommandResult.refuse(ErrorCode.BUSY, f"{command}: a task is running")
         return None
 
     def start_task(self, now: float, task_id: str, task: str = "pick_place",
@@ -227,34 +229,34 @@ class Executor(TaskRunner):
         refused = self._refuse_by_mode("task.start")
         if refused is not None:
             return refused
-        if self.mode in ("diagnostic", "manual"):
-            return CommandResult.refuse(Refusal.NOT_ADMITTED,
+        if self.mode in (ExecMode.DIAGNOSTIC, ExecMode.MANUAL):
+            return CommandResult.refuse(ErrorCode.NOT_ADMITTED,
                                         f"task.start refused in {self.mode}")
         spec = TASKS.get(task)
         if spec is None:
-            return CommandResult.refuse(Refusal.BAD_ARGS, f"unknown task {task!r}")
+            return CommandResult.refuse(ErrorCode.BAD_ARGS, f"unknown task {task!r}")
         m = self._last
         if m is None:
-            return CommandResult.refuse(Refusal.REFUSED, "no joint measurement yet")
+            return CommandResult.refuse(ErrorCode.REFUSED, "no joint measurement yet")
         if (m.gripper_force >= self.cfg.part_lost_force_n
                 and m.tool[2] - self.robot.table_z_m > self.cfg.approach_clearance_m):
             # The approach opens the gripper: that would drop a part held up in the air.
-            return CommandResult.refuse(Refusal.REFUSED, "a part is held above the table; "
+            return CommandResult.refuse(ErrorCode.REFUSED, "a part is held above the table; "
                                         "set it down (manual mode) first")
         try:
             obj = vec3(object_xyz) if object_xyz is not None else self._object.estimate()
             if obj is None:
-                return CommandResult.refuse(Refusal.REFUSED,
+                return CommandResult.refuse(ErrorCode.REFUSED,
                                             "no object pose: no camera estimate, none given")
             place = (vec3(place_xyz) if place_xyz is not None
                      else (*self.cfg.default_place_xy_m, obj[2]))
         except (TypeError, ValueError) as exc:
-            return CommandResult.refuse(Refusal.BAD_ARGS, f"object/place: {exc}")
+            return CommandResult.refuse(ErrorCode.BAD_ARGS, f"object/place: {exc}")
         run = TaskRun(task_id, spec, obj, place, now)
         for pt in task_points(spec, obj, place, self.cfg):
             sol = self.kin.inverse(pt, q_seed=m.q)
             if isinstance(sol, IKFailure):
-                return CommandResult.refuse(Refusal(sol.reason.value), sol.message)
+                return CommandResult.refuse(ErrorCode(sol.reason.value), sol.message)
         if self._run is not None:  # a saved task in holding is superseded
             self._end_task(now, Outcome.ABORTED, f"superseded by task {task_id}", None)
         self._run = run
@@ -262,7 +264,7 @@ class Executor(TaskRunner):
         self.faults.begin_subgoal()
         self._fsm.fire(Trigger.START)
         self._next_decision = now
-        self._emit("task_started", task_id=task_id, task=task, object=list(obj),
+        self._emit(EventType.TASK_STARTED, task_id=task_id, task=task, object=list(obj),
                    place=list(place))
         self._begin_attempt(now, m, None)
         return CommandResult.accept(task_id=task_id, object=list(obj), place=list(place))
@@ -270,8 +272,8 @@ class Executor(TaskRunner):
     def cancel(self, now: float) -> CommandResult:
         """task.cancel: a running task → controlled hold (aborted); a saved task is dropped."""
         self._pre(now)
-        if self.mode == "manual":
-            return CommandResult.refuse(Refusal.NOT_ADMITTED, "task.cancel: use manual.exit")
+        if self.mode == ExecMode.MANUAL:
+            return CommandResult.refuse(ErrorCode.NOT_ADMITTED, "task.cancel: use manual.exit")
         if self._run is None:
             return CommandResult.accept("no task")
         task_id = self._run.task_id
@@ -286,21 +288,21 @@ class Executor(TaskRunner):
         if refused is not None:
             return refused
         run, m = self._run, self._last
-        if self.mode != "holding" or run is None or not self._saved or run.state is None:
-            return CommandResult.refuse(Refusal.NOTHING_TO_RESUME, "no saved task to resume")
+        if self.mode != ExecMode.HOLDING or run is None or not self._saved or run.state is None:
+            return CommandResult.refuse(ErrorCode.NOTHING_TO_RESUME, "no saved task to resume")
         if task_id is not None and task_id != run.task_id:
-            return CommandResult.refuse(Refusal.NOTHING_TO_RESUME,
+            return CommandResult.refuse(ErrorCode.NOTHING_TO_RESUME,
                                         f"the saved task is {run.task_id}, not {task_id}")
         state = run.state
         if m is None or not self._fsm.fire(Trigger.resume(state)):
             self._end_task(now, Outcome.FAILED, f"resume: precondition of {state.value} failed "
                            "(part no longer gripped)", None)
-            return CommandResult.refuse(Refusal.REFUSED,
+            return CommandResult.refuse(ErrorCode.REFUSED,
                                         f"precondition of {state.value} failed; task failed")
         self._saved = False
         spec = run.spec.spec(state)
         self._next_decision = now
-        self._emit("task_resumed", task_id=run.task_id, state=state.value)
+        self._emit(EventType.TASK_RESUMED, task_id=run.task_id, state=state.value)
         cmd_grip = run.grip_limit_a
         self._begin_attempt(now, m, None)
         if spec.gripper is GripperAction.GRIP and state is not State.GRASP:
@@ -320,30 +322,30 @@ class Executor(TaskRunner):
             try:
                 self.latch.reset(now)
             except ResetRefused as exc:
-                return CommandResult.refuse(Refusal(exc.code), exc.message)
+                return CommandResult.refuse(ErrorCode(exc.code), exc.message)
             self._sync_latch(now)
             return CommandResult.accept(mode=self.mode)
         if self._fsm.state is State.DIAGNOSTIC:
             self._diagnostic = False
             self.faults.clear_l3()
             self._fsm.fire(Trigger.FINISH)
-            self._emit("mode_changed", mode=self.mode, state=self._fsm.state.value)
+            self._emit(EventType.MODE_CHANGED, mode=self.mode, state=self._fsm.state.value)
             return CommandResult.accept(mode=self.mode)
-        if self.mode == "manual":
-            return CommandResult.refuse(Refusal.NOT_ADMITTED, "reset: use manual.exit")
+        if self.mode == ExecMode.MANUAL:
+            return CommandResult.refuse(ErrorCode.NOT_ADMITTED, "reset: use manual.exit")
         return CommandResult.accept("nothing latched", mode=self.mode)
 
     def manual_enter(self, now: float) -> CommandResult:
         """Enter manual mode (idle, holding, diagnostic); a saved task is given up."""
         self._pre(now)
         refused = self._refuse_by_mode("manual.enter")
-        if refused is not None or self.mode == "manual":
+        if refused is not None or self.mode == ExecMode.MANUAL:
             return refused or CommandResult.accept("already in manual")
         if self._run is not None:
             self._end_task(now, Outcome.ABORTED, "manual mode entered", None)
         self._jog.stop()
         self._fsm.fire(Trigger.MANUAL_ENTER)
-        self._emit("mode_changed", mode=self.mode, state=self._fsm.state.value)
+        self._emit(EventType.MODE_CHANGED, mode=self.mode, state=self._fsm.state.value)
         return CommandResult.accept(mode=self.mode)
 
     def manual_jog(self, now: float, velocity: Sequence[float], ttl_ms: int,
@@ -353,20 +355,20 @@ class Executor(TaskRunner):
         refused = self._refuse_by_mode("manual.jog")
         if refused is not None:
             return refused
-        if self.mode != "manual":
-            return CommandResult.refuse(Refusal.NOT_ADMITTED, "manual.jog: manual.enter first")
+        if self.mode != ExecMode.MANUAL:
+            return CommandResult.refuse(ErrorCode.NOT_ADMITTED, "manual.jog: manual.enter first")
         if self._predicted:
-            return CommandResult.refuse(Refusal.REFUSED, "manual.jog: a joint is predicted")
+            return CommandResult.refuse(ErrorCode.REFUSED, "manual.jog: a joint is predicted")
         if ttl_ms > self.cfg.jog_ttl_max_ms:
-            return CommandResult.refuse(Refusal.BAD_ARGS,
+            return CommandResult.refuse(ErrorCode.BAD_ARGS,
                                         f"ttl_ms must be <= {self.cfg.jog_ttl_max_ms}")
         try:
             jf = JogFrame(frame)
         except ValueError:
-            return CommandResult.refuse(Refusal.BAD_ARGS, f"unknown jog frame {frame!r}")
+            return CommandResult.refuse(ErrorCode.BAD_ARGS, f"unknown jog frame {frame!r}")
         why = self._jog.command(now, jf, velocity, ttl_ms)
         if why is not None:
-            return CommandResult.refuse(Refusal.BAD_ARGS, why)
+            return CommandResult.refuse(ErrorCode.BAD_ARGS, why)
         return CommandResult.accept()
 
     def manual_exit(self, now: float) -> CommandResult:
@@ -375,7 +377,7 @@ class Executor(TaskRunner):
             return self._refuse_by_mode("manual.exit") or CommandResult.accept("not in manual")
         self._jog.stop()
         self._fsm.fire(Trigger.MANUAL_EXIT)
-        self._emit("mode_changed", mode=self.mode, state=self._fsm.state.value)
+        self._emit(EventType.MODE_CHANGED, mode=self.mode, state=self._fsm.state.value)
         return CommandResult.accept(mode=self.mode)
 
     # -- persistence ---------------------------------------------------------------------

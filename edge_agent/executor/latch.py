@@ -16,39 +16,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from edge_agent.log import get_logger
+from edge_agent.vocab import ESTOP_CAUSES, StopCause, StopKind
 
 _log = get_logger(__name__)
-
-
-class StopKind(StrEnum):
-    ESTOP = "estop"
-    PROTECTIVE = "protective_stop"
-
-
-class StopCause(StrEnum):
-    ESTOP_INPUT = "estop_input"  # the hardware button
-    ESTOP_MQTT = "estop_mqtt"
-    ESTOP_FLEET = "estop_fleet"
-    ESTOP_LOCAL = "estop_local"  # CLI / control socket
-    ESTOP_SIGNAL = "estop_signal"  # SIGUSR1
-    LINK_FAULT = "link_fault"
-    GUARDIAN_LOST = "guardian_lost"
-    DEADMAN = "deadman"
-    COLLISION = "collision"
-    JOG_LOST = "jog_lost"
-    SENSOR_BOUND = "sensor_bound"
-    SNAPSHOT_FAILED = "snapshot_failed"
-    UNCLEAN_RESTART = "unclean_restart"
-
-
-ESTOP_CAUSES = frozenset({
-    StopCause.ESTOP_INPUT, StopCause.ESTOP_MQTT, StopCause.ESTOP_FLEET,
-    StopCause.ESTOP_LOCAL, StopCause.ESTOP_SIGNAL,
-})
 
 
 class ResetRefused(Exception):

@@ -1,7 +1,7 @@
 """Value types of the executor: task outcomes, command results, the running task and attempt.
 
-Outcomes follow pyrobosim's style (an enum plus a human message); refusal codes are the strings
-of `commands.codes.ErrorCode` (the executor sits below the command layer and does not import it).
+Outcomes follow pyrobosim's style (an enum plus a human message); refusal codes are
+`vocab.ErrorCode` members, the very codes the command layer replies with.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 
 from edge_agent.executor.tasks import Alternative, State, TaskSpec
+from edge_agent.vocab import ErrorCode
 
 Vec3 = tuple[float, float, float]
 
@@ -21,20 +22,6 @@ class Outcome(StrEnum):
     SUCCESS = "success"
     FAILED = "failed"  # attempt budget spent, precondition failed, diagnostic, part lost
     ABORTED = "aborted"  # cancelled by an operator, aborted by the policy, superseded
-
-
-class Refusal(StrEnum):
-    """Why a command was refused (values equal commands.codes.ErrorCode's)."""
-
-    BUSY = "busy"
-    NOT_ADMITTED = "not_admitted"
-    ESTOP_ACTIVE = "estop_active"
-    CAUSE_PRESENT = "cause_present"
-    NOTHING_TO_RESUME = "nothing_to_resume"
-    OUT_OF_WORKSPACE = "out_of_workspace"
-    UNREACHABLE = "unreachable"
-    BAD_ARGS = "bad_args"
-    REFUSED = "refused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +38,7 @@ class CommandResult:
         return cls(True, None, message, result)
 
     @classmethod
-    def refuse(cls, code: Refusal, message: str) -> CommandResult:
+    def refuse(cls, code: ErrorCode, message: str) -> CommandResult:
         return cls(False, code.value, message)
 
 

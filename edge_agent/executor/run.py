@@ -49,6 +49,7 @@ from edge_agent.executor.tasks import (
 )
 from edge_agent.link.codec import Command, GripperMode, Mode
 from edge_agent.robot import RobotDescription
+from edge_agent.vocab import EventType
 
 Event = dict[str, Any]
 SETTLED_RAD_S = 0.05  # joints slower than this count as settled at a target
@@ -100,7 +101,7 @@ class TaskRunner:
         self.on_fault_record: Callable[[dict[str, Any]], None] | None = None
 
     # -- events --------------------------------------------------------------------------
-    def _emit(self, type_: str, **fields: Any) -> None:
+    def _emit(self, type_: EventType, **fields: Any) -> None:
         self._events.append({"type": type_, "t": round(self._now, 6), **fields})
 
     def drain_events(self) -> list[Event]:
@@ -215,8 +216,8 @@ class TaskRunner:
         elif spec.gripper is GripperAction.OPEN:
             self._grip = None
             run.grip_limit_a = None
-        self._emit("attempt_started", task_id=run.task_id, state=st.value, attempt=att.number,
-                   alternative=alt.name if alt else None)
+        self._emit(EventType.ATTEMPT_STARTED, task_id=run.task_id, state=st.value,
+                   attempt=att.number, alternative=alt.name if alt else None)
         return self._compose(spec, m, 0.0)
 
     def _compose(self, spec: StateSpec, m: Measured, dt: float) -> Command:
@@ -293,7 +294,7 @@ class TaskRunner:
         assert run is not None and att is not None
         run.regrasps += 1
         self.counters.regrasps += 1
-        self._emit("regrasp", task_id=run.task_id, state=att.state.value,
+        self._emit(EventType.REGRASP, task_id=run.task_id, state=att.state.value,
                    object=[round(v, 5) for v in target], old_object=list(run.object_xyz),
                    regrasp=run.regrasps)
         run.object_xyz = target
@@ -399,7 +400,7 @@ class TaskRunner:
                 return self._start_regrasp(now, m, target)
             self.counters.regrasp_refused += 1
             _, why = self.regrasp_verdict()
-            self._emit("regrasp_refused", task_id=self._run.task_id if self._run else None,
+            self._emit(EventType.REGRASP_REFUSED, task_id=self._run.task_id if self._run else None,
                        state=att.state.value, reason=why)
             self._sink(obs, action, False)
             return None
@@ -423,7 +424,7 @@ class TaskRunner:
         done = self._attempt
         if done is not None:
             self.faults.attempt_succeeded(done.state, self._fsm.state is State.IDLE)
-            self._emit("subgoal_reached", state=done.state.value, attempt=done.number,
+            self._emit(EventType.SUBGOAL_REACHED, state=done.state.value, attempt=done.number,
                        duration_s=round(now - done.started, 4))
         if self._fsm.state is State.IDLE:
             return self._end_task(now, Outcome.SUCCESS, "task done", None)
@@ -451,7 +452,7 @@ class TaskRunner:
         run.failures.append(f"{att.state.value}:{kind.value}")
         d = self.faults.attempt_failed(now, att.state, kind, spec.alternatives_for(kind), detail,
                                        fatal=kind is FailureKind.PART_LOST)
-        self._emit("attempt_failed", task_id=run.task_id, state=att.state.value,
+        self._emit(EventType.ATTEMPT_FAILED, task_id=run.task_id, state=att.state.value,
                    attempt=att.number, kind=kind.value, detail=detail, verdict=d.verdict.value,
                    alternative=d.alternative.name if d.alternative else None,
                    l3_count=d.l3_count)
@@ -475,7 +476,7 @@ class TaskRunner:
         att.part_lost_at = now
         self._path = None
         self._grip = None
-        self._emit("part_lost_hold", task_id=run.task_id, state=att.state.value,
+        self._emit(EventType.PART_LOST_HOLD, task_id=run.task_id, state=att.state.value,
                    window_s=self.cfg.regrasp_window_s)
         return self._hold()
 
@@ -496,7 +497,7 @@ class TaskRunner:
         if self.on_fault_record is not None:
             self.on_fault_record(self.fault_record)  # the repair report (it only enqueues)
         window = self.fault_record["sensor_window"]
-        self._emit("diagnostic", record={**self.fault_record, "sensor_window": {
+        self._emit(EventType.DIAGNOSTIC, record={**self.fault_record, "sensor_window": {
             "samples": window["samples"], "sample_hz": window["sample_hz"]}})
         return cmd
 
@@ -506,7 +507,8 @@ class TaskRunner:
         if trigger is not None:
             self._fsm.fire(trigger)
         if run is not None:
-            self._emit("task_done", task_id=run.task_id, outcome=outcome.value, message=message,
+            self._emit(EventType.TASK_DONE, task_id=run.task_id, outcome=outcome.value,
+                       message=message,
                        attempts=run.attempts, duration_s=round(now - run.started_at, 4),
                        failures=list(run.failures))
         self._run = None

@@ -32,6 +32,7 @@ from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
 from edge_agent.reports.record import Report, is_report_id
 from edge_agent.store.atomic import remove_durably, write_atomic
+from edge_agent.vocab import EventType
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
@@ -247,7 +248,7 @@ class Outbox:
             _log.warning("report_dropped", id=oldest, dropped=dropped,
                          max_entries=self.max_entries)
             if self._on_event is not None:
-                self._on_event({"type": "report_dropped", "id": oldest, "dropped": dropped})
+                self._on_event({"type": EventType.REPORT_DROPPED, "id": oldest, "dropped": dropped})
 
     def _deliver_due(self) -> float:
         """One pass over the pending entries, oldest first; the seconds until the next try."""

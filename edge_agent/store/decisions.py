@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 from edge_agent.log import get_logger
 from edge_agent.store.journal import Journal, JournalFull, RepairReport
 from edge_agent.store.writer import StoreWriter
+from edge_agent.vocab import EventType
 
 log = get_logger(__name__)
 
@@ -229,7 +230,7 @@ class DecisionJournal:
         log.error("decision_journal_disabled", cause=cause, error=str(exc))
         if self._on_event is not None:
             try:
-                self._on_event({"type": "journal_disabled", "journal": self.journal.name,
+                self._on_event({"type": EventType.JOURNAL_DISABLED, "journal": self.journal.name,
                                 "cause": cause, "error": str(exc),
                                 "records_written": self._writer.stats.records_written})
             except Exception:

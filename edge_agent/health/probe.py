@@ -1,0 +1,79 @@
+"""The probe seam: what one health check reports and the protocol every probe implements.
+
+Levels follow ROS `diagnostic_msgs/DiagnosticStatus` (OK, WARN, ERROR, STALE); STALE is not a
+probe's own answer but the monitor's verdict on a probe that did not report within its budget.
+A probe is cheap and never blocks: it reads counters and snapshots that other parts keep (the
+inference router, the sensor hub, the link mirror, the loop stats) and does no CPU-heavy work in
+the daemon process. Only ERROR counts as a failure toward `health.fail_after`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol
+
+from edge_agent.vocab import DegradationMode
+
+Figure = float | int | str | bool | None
+
+
+class Level(IntEnum):
+    """Severity, ordered so that `max()` of several levels is the worst."""
+
+    OK = 0
+    WARN = 1
+    ERROR = 2
+    STALE = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One probe's answer: a level, a line an operator understands, and its figures."""
+
+    level: Level
+    message: str = ""
+    figures: Mapping[str, Figure] = field(default_factory=dict)
+
+    @classmethod
+    def ok(cls, message: str = "", **figures: Figure) -> ProbeResult:
+        return cls(Level.OK, message, figures)
+
+    @classmethod
+    def warn(cls, message: str, **figures: Figure) -> ProbeResult:
+        return cls(Level.WARN, message, figures)
+
+    @classmethod
+    def error(cls, message: str, **figures: Figure) -> ProbeResult:
+        return cls(Level.ERROR, message, figures)
+
+    @property
+    def failed(self) -> bool:
+        return self.level is Level.ERROR
+
+
+class Probe(Protocol):
+    """One health check. `mode` is what `health.fail_after` consecutive failures enter (None: the
+    probe only reports); `period_s` None means `health.period_s`; `subject` names what is degraded
+    within the mode (a sensor channel for `sensor_predicted`, else "")."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mode(self) -> DegradationMode | None: ...
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def period_s(self) -> float | None: ...
+
+    def check(self, now: float) -> ProbeResult:
+        """Run the check at monotonic time `now`; must return quickly and never raise."""
+        ...
