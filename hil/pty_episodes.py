@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             if not r.get("ok"):
                 outcomes.append(f"refused:{r['error']['code']}")
                 print(f"episode {i}: refused {r['error']}", flush=True)
+                if call("status")["result"]["mode"] not in ("idle", "holding"):
+                    _wait(lambda: call("reset")["ok"], 30, "reset")  # as an operator would
                 continue
             try:
                 _wait(lambda b=before: len(_events(log, "task_done")) > b, args.timeout_s,
