@@ -241,13 +241,35 @@ class InferenceSection:
     trusted_keys: tuple[str, ...] = opt("strlist", ())
 
 
+def _probe_period() -> Any:
+    return opt("float", None, lo=0.1, hi=3600.0, derived="health.period_s")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPeriodsSection:
+    """[health.periods]: one probe's period, by its name's part before `:` (unset: period_s)."""
+
+    broker: float | None = _probe_period()
+    link: float | None = _probe_period()
+    loop: float | None = _probe_period()
+    store: float | None = _probe_period()
+    startup: float | None = _probe_period()
+    gpu: float | None = _probe_period()
+    triton: float | None = _probe_period()
+    policy: float | None = _probe_period()
+    sensor: float | None = _probe_period()
+
+
 @dataclass(frozen=True, slots=True)
 class HealthSection:
-    """[health]: probe period and N-strike degrade / M-success recover."""
+    """[health]: probe periods, the probe budget, N-strike degrade / M-success recover."""
 
     period_s: float = opt("float", 10.0, lo=0.1, hi=3600.0)
+    probe_budget_s: float = opt("float", 0.5, lo=0.01, hi=60.0,
+                                hint="a probe not answering within it is STALE for that run")
     fail_after: int = opt("int", 3, lo=1, hi=100)
     recover_after: int = opt("int", 3, lo=1, hi=100)
+    periods: HealthPeriodsSection = opt("table", table=HealthPeriodsSection)
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,6 +138,9 @@ class EventType(StrEnum):
     JOG_LOST = "jog_lost"
     SENSOR_LOST = "sensor_lost"
     SENSOR_BACK = "sensor_back"
+    # health (edge_agent/health/): a degradation mode entered / left
+    DEGRADED = "degraded"
+    RECOVERED = "recovered"
     # reports
     REPORT_DROPPED = "report_dropped"
     # inference (edge_agent.inference.backend.EventKind carries these values)

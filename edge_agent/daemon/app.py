@@ -43,6 +43,8 @@ from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import LatchState, StopLatch
 from edge_agent.executor.loop import RateLoop
 from edge_agent.executor.tasks import ExecutorConfig
+from edge_agent.health.monitor import HealthMonitor
+from edge_agent.health.wiring import HealthSources, attach_inference_probes, build_health
 from edge_agent.link.codec import Command, Enable, Message, Mode, Stop, StopCategory, StopReason
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_spawn import Spawned, spec_from_config
@@ -135,7 +137,7 @@ class Daemon:
         self.startup_ms: float | None = None
         self.link_up_ms: float | None = None  # since exec: the guardian's first link-up state
         self.background: dict[str, Any] = {}
-        self.degraded: list[str] = []
+        self.health: HealthMonitor | None = None  # built in start() (health/wiring.py)
         self._hold = Command(Mode.HOLD, config.robot.home)  # q ignored in HOLD
         self._stop_event = threading.Event()
         self._stopped = False
@@ -154,6 +156,11 @@ class Daemon:
     # -- modes -----------------------------------------------------------------------------
     def mode(self) -> str:
         return self.executor.mode
+
+    @property
+    def degraded(self) -> list[str]:
+        """The degradation modes active now (`state.degraded`; the health monitor decides)."""
+        return self.health.degraded() if self.health is not None else []
 
     # -- start-up --------------------------------------------------------------------------
     def start(self) -> None:
@@ -202,6 +209,24 @@ class Daemon:
         mark("link_up")
         self._ready(restored)
         self.reports.start()
+        # -- health monitor (health/wiring.py): its own thread, after READY
+        pub, gc_after = self.publisher, self.gc_stats
+        self.health = build_health(cfg, HealthSources(
+            publish=pub.event, tap_events=pub.taps.append, state_changed=pub.state_changed,
+            submit_report=self.reports.submit,
+            mqtt_ready=lambda: pub.bridge is not None and pub.bridge.ready,
+            mqtt_detail=pub.mqtt_status,
+            outbox_pending=lambda: int(self.reports.status().get("pending", 0)),
+            link_frames=lambda: self.mirror.frames, link_up=lambda: self.mirror.link_up,
+            guardian_alive=lambda: self.guardian is not None and self.guardian.alive,
+            loop_stats=lambda: self.loop.stats if self.loop is not None else None,
+            gc_long_pauses=lambda: sum(gc_after.after_startup.over_5ms)
+            if gc_after.after_startup is not None else 0,
+            journal_stats=lambda: self.decisions.stats() if self.decisions else None,
+            state_dir=self.state_dir, background=self.background, sensor_hub=self.hub))
+        if self.eager and self.policy.stack is not None:
+            attach_inference_probes(self.health, self.policy.stack.router, cfg)
+        self.health.start()
         if not self.eager:
             self._bg_threads.append(threading.Thread(
                 target=self._background_work, name="startup-bg", daemon=True))
@@ -284,6 +309,8 @@ class Daemon:
         """Heavy, non-essential start-up work; each completion is an event."""
         # first: a task that arrives early waits for the model
         self.background["inference"] = self.policy.start()
+        if self.health is not None and self.policy.stack is not None:
+            attach_inference_probes(self.health, self.policy.stack.router, self.cfg)
         if self._stopped:
             self._background_done.set()
             return
@@ -470,6 +497,8 @@ class Daemon:
             took[name] = round((now - last) * 1e3, 1)
             last = now
 
+        if self.health is not None:
+            self.health.stop()
         if self.loop is not None:
             self.loop.stop()
         self.gc_stats.uninstall()

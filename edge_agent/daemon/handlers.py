@@ -207,4 +207,6 @@ def status_payload(d: Daemon) -> dict[str, Any]:
             d.publisher.bridge is not None and d.publisher.bridge.ready),
         # not connected is visible here with its reason (a TLS file, a refused login, ...)
         "mqtt": d.publisher.mqtt_status(),
+        # every probe: level, message, figures, strikes, next run (health/monitor.py)
+        "health": d.health.status() if d.health is not None else None,
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,9 @@ class Publisher:
         self.mqtt_error: str | None = None  # why the bridge could not be built (None: built)
         self.mqtt_attempts = 0
         self.pointer: Path | None = None  # <runtime dir>/<device>.sock → the control socket
+        # see every event on the publishing thread (the health monitor's fast path): cheap,
+        # never blocking, never raising
+        self.taps: list[Callable[[Mapping[str, Any]], None]] = []
 
     def start(self) -> None:
         """The control socket now; MQTT on a thread of its own (importing paho is ~30 ms of the
@@ -143,6 +147,8 @@ class Publisher:
               **fields}
         _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
         self.events_sent += 1
+        for tap in self.taps:
+            tap(ev)
         bridge = self.bridge
         if bridge is None:
             with self._lock:  # MQTT still starting: keep it for the bridge (bounded)

@@ -1,0 +1,186 @@
+"""Builds the daemon's health monitor from explicit collaborators and routes what it decides.
+
+`build_health(cfg, sources)` registers the probes (the daemon's own, health/probes.py; the
+per-channel sensor probes; the inference probes once the policy stack exists:
+`attach_inference_probes`) and turns each mode transition into:
+- an event `{"type": degraded | recovered, "mode", "subject", "probe", "cause", "figures"}`,
+- a changed `state` (`state.degraded` reads `HealthMonitor.degraded()`),
+- a repair report (`ModeRecord` → the daemon's reports outbox) whose recovery is the rule in
+  words: "left after 3 good probes of broker; next probe at 14:03:10 UTC".
+`HealthTap.on_event` is the event fast path: an MQTT disconnect, a link fault, a journal turned
+off, a failed calibration count as a failed probe run at once (HealthMonitor.fail_now).
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from edge_agent.health.modes import Transition
+from edge_agent.health.monitor import HealthMonitor
+from edge_agent.health.probe import Probe
+from edge_agent.health.probes import BrokerProbe, LinkProbe, LoopProbe, StartupProbe, StoreProbe
+from edge_agent.log import get_logger
+from edge_agent.reports.record import ModeRecord
+from edge_agent.vocab import DegradationMode, EventType
+
+if TYPE_CHECKING:
+    from edge_agent.config import Config
+
+_log = get_logger(__name__)
+
+# What each mode takes out of service, and what decides or carries on instead.
+CAPABILITIES: Mapping[DegradationMode, tuple[str, ...]] = {
+    DegradationMode.BROKER_LOST: ("commands over MQTT", "events, state and reports to the broker"),
+    DegradationMode.CPU_INFERENCE: ("policy inference on the GPU",),
+    DegradationMode.REMOTE_POLICY_LOST: ("the remote (Triton) policy",),
+    DegradationMode.CACHED_POLICY: ("the current policy model",),
+    DegradationMode.RULE_POLICY: ("every policy model",),
+    DegradationMode.SENSOR_PREDICTED: ("a sensor channel's measurements",),
+}
+FALLBACK: Mapping[DegradationMode, str] = {
+    DegradationMode.BROKER_LOST: ("commands over the local control socket; events and state "
+                                  "queued by the MQTT client (mqtt.max_queued), reports kept "
+                                  "in the outbox until the broker is back"),
+    DegradationMode.CPU_INFERENCE: "the policy on the CPU",
+    DegradationMode.REMOTE_POLICY_LOST: "the local ONNX model",
+    DegradationMode.CACHED_POLICY: "the verified last-known-good model",
+    DegradationMode.RULE_POLICY: "the rule-based expert",
+    DegradationMode.SENSOR_PREDICTED: "Kalman-predicted values inside the channel's bound",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSources:
+    """What the probes read and where the monitor's decisions go (all plain callables)."""
+
+    publish: Callable[[dict[str, Any]], None]  # an event out (Publisher.event)
+    tap_events: Callable[[Callable[[Mapping[str, Any]], None]], None]  # sees every event
+    state_changed: Callable[[], None]
+    submit_report: Callable[[ModeRecord], object]  # DaemonReports.submit
+    mqtt_ready: Callable[[], bool]  # connected with the command subscription granted
+    mqtt_detail: Callable[[], Mapping[str, Any]]  # Publisher.mqtt_status
+    outbox_pending: Callable[[], int]
+    link_frames: Callable[[], int]
+    link_up: Callable[[], bool]
+    guardian_alive: Callable[[], bool]
+    loop_stats: Callable[[], Any]  # the control loop's LoopStats, None before it starts
+    gc_long_pauses: Callable[[], int]
+    journal_stats: Callable[[], Mapping[str, Any] | None]
+    state_dir: Path
+    background: Mapping[str, Any]  # the daemon's start-up work results
+    sensor_hub: Any = None  # for the sensor probes (health/sensor_probes.py)
+    clock: Callable[[], float] = time.monotonic
+
+
+class HealthTap:
+    """Events → fast-path failures (and the firmware's bad-frame count for the link probe)."""
+
+    def __init__(self) -> None:
+        self.monitor: HealthMonitor | None = None
+        self.bad_frames = 0
+
+    def on_event(self, ev: Mapping[str, Any]) -> None:
+        m = self.monitor
+        t = ev.get("type")
+        if t == EventType.FIRMWARE_EVENT and ev.get("code") == "bad_frame":
+            self.bad_frames += 1
+        if m is None:
+            return
+        if t == EventType.MQTT_DISCONNECTED:
+            m.fail_now("broker", "MQTT connection lost")
+        elif t == EventType.LINK_FAULT:
+            m.fail_now("link", f"link fault: {ev.get('cause')}")
+        elif t == EventType.JOURNAL_DISABLED:
+            m.fail_now("store", f"the decision journal is off: {ev.get('cause')}")
+        elif t == EventType.CALIBRATION_FAILED:
+            m.fail_now("startup", f"calibration failed: {ev.get('reason')}")
+
+
+def daemon_probes(cfg: Config, src: HealthSources, tap: HealthTap) -> list[Probe]:
+    """The daemon's own probes (health/probes.py)."""
+    status_hz = 1e6 / cfg.link.status_period_us
+    return [
+        BrokerProbe(src.mqtt_ready, src.mqtt_detail, src.outbox_pending),
+        LinkProbe(src.link_frames, src.link_up, src.guardian_alive, lambda: tap.bad_frames,
+                  min_frames_hz=0.5 * status_hz),
+        LoopProbe(src.loop_stats, src.gc_long_pauses, rate_hz=cfg.control.rate_hz),
+        StoreProbe(src.state_dir, src.journal_stats),
+        StartupProbe(src.background),
+    ]
+
+
+def sensor_probes(cfg: Config, hub: Any) -> list[Probe]:
+    """The per-channel sensor probes (health/sensor_probes.py, written beside this)."""
+    if hub is None:
+        return []
+    mod = _optional("edge_agent.health.sensor_probes")
+    return [] if mod is None else list(mod.make_sensor_probes(hub, cfg.robot, cfg))
+
+
+def _optional(name: str) -> ModuleType | None:
+    """A probe module written in parallel with this one (issue #18): absent → logged, None."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        _log.warning("health_probe_module_missing", module=name)
+        return None
+
+
+def attach_inference_probes(monitor: HealthMonitor | None, router: Any, cfg: Config) -> int:
+    """The inference probes (health/inference_probes.py) once the policy router exists (it is
+    built after READY); returns how many were added."""
+    if monitor is None or router is None:
+        return 0
+    mod = _optional("edge_agent.health.inference_probes")
+    if mod is None:
+        return 0
+    probes = list(mod.make_inference_probes(router, cfg))
+    monitor.add_probes(probes)
+    return len(probes)
+
+
+def build_health(cfg: Config, src: HealthSources) -> HealthMonitor:
+    """The monitor (not started), its event fast path tapped into the event stream."""
+    h = cfg.health
+    tap = HealthTap()
+    probes = daemon_probes(cfg, src, tap) + sensor_probes(cfg, src.sensor_hub)
+    periods = {k: getattr(h.periods, k) for k in h.periods.__dataclass_fields__}
+    monitor = HealthMonitor(probes, period_s=h.period_s, periods=periods,
+                            budget_s=h.probe_budget_s, fail_after=h.fail_after,
+                            recover_after=h.recover_after,
+                            on_transition=_router(src, h.recover_after), clock=src.clock)
+    tap.monitor = monitor
+    src.tap_events(tap.on_event)
+    return monitor
+
+
+def _router(src: HealthSources, recover_after: int
+            ) -> Callable[[Transition, HealthMonitor], None]:
+    def on_transition(t: Transition, monitor: HealthMonitor) -> None:
+        src.publish({"type": EventType.DEGRADED if t.entered else EventType.RECOVERED,
+                     "mode": t.mode, "subject": t.subject, "probe": t.probe, "cause": t.cause,
+                     "figures": dict(t.figures)})
+        src.state_changed()
+        now, wall = src.clock(), time.time()
+        nxt = monitor.next_run(t.probe)
+        scope = CAPABILITIES.get(t.mode, ())
+        if t.subject:
+            scope = tuple(f"{c} ({t.subject})" for c in scope)
+        recovery = (f"left after {recover_after} good probes of {t.probe}" if t.entered
+                    else f"left after {recover_after} good probes of {t.probe}: normal operation")
+        src.submit_report(ModeRecord(
+            mode=t.mode.value + (f":{t.subject}" if t.subject else ""), entered=t.entered,
+            reason=t.cause, wall=wall, mono=now, capabilities=scope,
+            fallback=FALLBACK.get(t.mode) if t.entered else None, recovery=recovery,
+            next_probe_wall=None if nxt is None else wall + max(0.0, nxt - now),
+            figures={"probe": t.probe, "subject": t.subject, **dict(t.figures)}))
+
+    return on_transition
