@@ -192,8 +192,9 @@ kill -9), draws the plot in a subprocess (matplotlib, never in the daemon proces
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
 webhook (`reports.webhook_url`: WeCom markdown + image, or one JSON POST), each with retries and
 an idempotency key (the report id). `edge-agent reports list | show ID` reads them on the robot.
-Degradation-mode reports (enter / leave) use the same path once the health monitor (issue #18)
-exists (`ModeRecord` in edge_agent/reports/record.py).
+Each degradation mode entered or left (the health monitor, docs/HEALTH.md) is a report on the
+same path (`ModeRecord` in edge_agent/reports/record.py: kind `mode_entered` / `mode_left`, the
+capabilities lost, the fallback in use, the recovery rule and the next probe's time).
 
 **Generated, not written by hand:** `python -m hil.make_reports_doc` ran a real daemon on the
 simulated robot (configs/sim.toml, `executor.l3_threshold=3`, no broker), injected each fault at

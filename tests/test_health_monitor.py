@@ -16,6 +16,7 @@ from edge_agent.health.monitor import HealthMonitor
 from edge_agent.health.probe import ProbeResult
 from edge_agent.health.probes import BrokerProbe, LinkProbe, LoopProbe, StartupProbe, StoreProbe
 from edge_agent.vocab import DegradationMode as DM
+from edge_agent.vocab import EventType
 
 
 class Clock:
@@ -196,16 +197,17 @@ def test_broker_probe() -> None:
 
 
 def test_link_probe_levels_and_rates() -> None:
-    s: dict[str, Any] = {"frames": 0, "up": True, "alive": True, "bad": 0}
-    p = LinkProbe(lambda: s["frames"], lambda: s["up"], lambda: s["alive"], lambda: s["bad"],
-                  min_frames_hz=500.0)
+    s: dict[str, Any] = {"frames": 0, "up": True, "alive": True}
+    p = LinkProbe(lambda: s["frames"], lambda: s["up"], lambda: s["alive"], min_frames_hz=500.0)
     assert p.check(0.0).level.label == "ok"  # no window yet
     s["frames"] = 1000
     r = p.check(1.0)
     assert r.level.label == "ok" and r.figures["frames_hz"] == 1000.0
     s["frames"] = 1100
     assert p.check(2.0).level.label == "warn"  # 100 frames/s
-    s["frames"], s["bad"] = 2100, 50
+    s["frames"] = 2100
+    for _ in range(50):  # the firmware's bad_frame events: counted, not failures now
+        assert p.fails_on({"type": EventType.FIRMWARE_EVENT, "code": "bad_frame"}) is None
     r = p.check(3.0)
     assert r.level.label == "warn" and r.figures["bad_frames"] == 50
     s["up"] = False
@@ -250,3 +252,24 @@ def test_store_and_startup_probes(tmp_path: Path) -> None:
     bg["calibration"] = {"ok": False, "reason": "link never came up"}
     r = s.check(2.0)
     assert r.failed and "calibration: link never came up" in r.message
+
+
+def test_events_fail_the_probes_that_claim_them() -> None:
+    clock = Clock()
+    state = {"ready": True}
+    broker = BrokerProbe(lambda: state["ready"], lambda: {"connected": False}, lambda: 0)
+    link = LinkProbe(lambda: 0, lambda: True, lambda: True, min_frames_hz=0.0)
+    m, _ = _monitor([broker, link, FakeProbe("plain")], clock, period_s=10.0)
+    try:
+        m.run_due()
+        m.on_event({"type": EventType.TASK_DONE})  # nobody's failure
+        m.on_event({"type": EventType.MQTT_DISCONNECTED})
+        st = m.status()["probes"]
+        assert st["broker"]["strikes"] == 1 and st["broker"]["fast_fails"] == 1
+        assert st["broker"]["figures"] == {"event": "mqtt_disconnected"}
+        assert st["link"]["strikes"] == 0 and st["plain"]["strikes"] == 0
+        m.on_event({"type": EventType.LINK_FAULT, "cause": "serial_link"})
+        assert m.status()["probes"]["link"]["message"] == "link fault: serial_link"
+        assert m.run_due() == 2  # both again at once, not at their 10 s period
+    finally:
+        m.stop()

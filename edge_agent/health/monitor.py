@@ -7,9 +7,11 @@ is left to finish it alone (the probe is not run again until it returns) and a f
 the next checks — so a hung check never stops the others. A check that raises is an ERROR.
 
 The event fast path: `fail_now(name, message, **figures)` (thread-safe; called from paho's or the
-link reader's thread) counts as a failed run at once and runs that probe again now. Each result
-goes to the mode rules (health/modes.py); the transitions go to `on_transition` on the thread
-that decided them (the monitor's, or the caller of `fail_now`). `status()` is `status.health`.
+link reader's thread) counts as a failed run at once and runs that probe again now; `on_event(ev)`
+does it for every probe that says the event is its failure (`EventAware.fails_on`, optional).
+Each result goes to the mode rules (health/modes.py); the transitions go to `on_transition` on
+the thread that decided them (the monitor's, or the caller of `fail_now`). `status()` is
+`status.health`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_agent.health.modes import ModeRules, Transition
-from edge_agent.health.probe import Figure, Level, Probe, ProbeResult
+from edge_agent.health.probe import EventAware, Figure, Level, Probe, ProbeResult
 from edge_agent.log import get_logger
 
 _log = get_logger(__name__)
@@ -110,6 +112,7 @@ class HealthMonitor:
                 raise ValueError(f"two health probes named {p.name!r}")
             # the first run of every probe right away: status shows a level from the start
             self._slots[p.name] = _Slot(p, self._period_of(p), now)
+        self._aware: tuple[Any, ...] = tuple(p for p in probes if isinstance(p, EventAware))
         unused = set(self._periods) - {n.split(":", 1)[0] for n in self._slots}
         if unused:
             _log.info("health_period_unused", keys=sorted(unused),
@@ -139,6 +142,7 @@ class HealthMonitor:
                 if p.name in self._slots:
                     raise ValueError(f"two health probes named {p.name!r}")
                 self._slots[p.name] = _Slot(p, self._period_of(p), now)
+            self._aware += tuple(p for p in probes if isinstance(p, EventAware))
             self._wake.notify_all()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -179,6 +183,18 @@ class HealthMonitor:
             self._wake.notify_all()
         if transition is not None:
             self._emit(transition)
+
+    def on_event(self, event: Mapping[str, Any]) -> None:
+        """Every published event (any thread): a failure now for each probe whose `fails_on`
+        says so (health/probe.py EventAware)."""
+        for p in self._aware:
+            try:
+                why = p.fails_on(event)
+            except Exception:  # a probe's filter must not break the publisher
+                _log.exception("health_fails_on_raised", probe=getattr(p, "name", "?"))
+                continue
+            if why:
+                self.fail_now(p.name, why, event=str(event.get("type")))
 
     # -- reading ---------------------------------------------------------------------------
     def degraded(self) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from edge_agent.vocab import DegradationMode
 
@@ -77,3 +77,12 @@ class Probe(Protocol):
     def check(self, now: float) -> ProbeResult:
         """Run the check at monotonic time `now`; must return quickly and never raise."""
         ...
+
+
+@runtime_checkable
+class EventAware(Protocol):
+    """Optional, beside Probe: the event fast path. The monitor hands every event the daemon
+    publishes to `fails_on` (on the publishing thread: cheap, never blocking, never raising);
+    a message back counts as a failed run of this probe at once and runs it again now."""
+
+    def fails_on(self, event: Mapping[str, Any]) -> str | None: ...

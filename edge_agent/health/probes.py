@@ -1,7 +1,8 @@
 """The daemon's own health probes: broker, link, control loop, store, start-up work.
 
 Each reads counters other parts keep, through the plain callables it is built with (wiring.py
-passes them), and never blocks. Counters are compared with the previous run, so "per window"
+passes them), and never blocks; `fails_on(event)` is each one's event fast path (probe.py
+EventAware). Counters are compared with the previous run, so "per window"
 means "since the last run of this probe" (its period). Only the broker probe has a degradation
 mode (`broker_lost`); the others report levels only: a link fault is a protective stop already,
 and a late loop, a full disk or failed start-up work has no fallback to switch to.
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.health.probe import Figure, ProbeResult
-from edge_agent.vocab import DegradationMode
+from edge_agent.vocab import DegradationMode, EventType
 
 
 class _Base:
@@ -71,6 +72,9 @@ class BrokerProbe(_Base):
         return ProbeResult.ok("connected, commands subscribed", connected=True,
                               subscribed=True, outbox_pending=backlog)
 
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        return "MQTT connection lost" if event.get("type") == EventType.MQTT_DISCONNECTED else None
+
 
 class LinkProbe(_Base):
     """Frames per second from the guardian, bad frames the firmware reported, guardian alive.
@@ -83,18 +87,17 @@ class LinkProbe(_Base):
     name = "link"
 
     def __init__(self, frames: Callable[[], int], link_up: Callable[[], bool],
-                 guardian_alive: Callable[[], bool], bad_frames: Callable[[], int], *,
-                 min_frames_hz: float, bad_ratio_warn: float = 0.01,
-                 period_s: float | None = None) -> None:
+                 guardian_alive: Callable[[], bool], *, min_frames_hz: float,
+                 bad_ratio_warn: float = 0.01, period_s: float | None = None) -> None:
         super().__init__(period_s)
-        self._frames, self._link_up = frames, link_up
-        self._alive, self._bad = guardian_alive, bad_frames
+        self._frames, self._link_up, self._alive = frames, link_up, guardian_alive
+        self.bad_frames = 0  # the firmware's bad_frame events seen (fails_on counts them)
         self.min_frames_hz, self.bad_ratio_warn = min_frames_hz, bad_ratio_warn
         self._dframes, self._dbad = _Delta(), _Delta()
         self._last_at: float | None = None
 
     def check(self, now: float) -> ProbeResult:
-        frames, bad = self._dframes(self._frames()), self._dbad(self._bad())
+        frames, bad = self._dframes(self._frames()), self._dbad(self.bad_frames)
         window = now - self._last_at if self._last_at is not None else 0.0
         self._last_at = now
         hz = frames / window if window > 0 else None
@@ -116,6 +119,14 @@ class LinkProbe(_Base):
             return ProbeResult.warn(f"{bad:.0f} bad frames in {window:.1f} s", guardian_alive=True,
                                     link_up=True, **figs)
         return ProbeResult.ok("link up", guardian_alive=True, link_up=True, **figs)
+
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        t = event.get("type")
+        if t == EventType.FIRMWARE_EVENT and event.get("code") == "bad_frame":
+            self.bad_frames += 1  # a level (WARN) at the next run, not a failure now
+        elif t == EventType.LINK_FAULT:
+            return f"link fault: {event.get('cause')}"
+        return None
 
 
 class LoopProbe(_Base):
@@ -192,6 +203,11 @@ class StoreProbe(_Base):
             return ProbeResult.warn(f"{free / 1e6:.0f} MB free under {self.state_dir}", **figs)
         return ProbeResult.ok(f"{free / 1e9:.1f} GB free", **figs)
 
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        if event.get("type") == EventType.JOURNAL_DISABLED:
+            return f"the decision journal is off: {event.get('cause')}"
+        return None
+
 
 class StartupProbe(_Base):
     """The start-up work after READY (`status.background`: inference, journal, estimators,
@@ -214,3 +230,8 @@ class StartupProbe(_Base):
                             for k, v in sorted(failed.items()))
             return ProbeResult.error(f"start-up work failed — {why}", **figs)
         return ProbeResult.ok("start-up work fine" if parts else "start-up work running", **figs)
+
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        if event.get("type") == EventType.CALIBRATION_FAILED:
+            return f"calibration failed: {event.get('reason')}"
+        return None

@@ -7,8 +7,9 @@ per-channel sensor probes; the inference probes once the policy stack exists:
 - a changed `state` (`state.degraded` reads `HealthMonitor.degraded()`),
 - a repair report (`ModeRecord` → the daemon's reports outbox) whose recovery is the rule in
   words: "left after 3 good probes of broker; next probe at 14:03:10 UTC".
-`HealthTap.on_event` is the event fast path: an MQTT disconnect, a link fault, a journal turned
-off, a failed calibration count as a failed probe run at once (HealthMonitor.fail_now).
+Every published event goes to `HealthMonitor.on_event`, the fast path: an MQTT disconnect, a link
+fault, a journal turned off, a failed calibration count as a failed probe run at once (each
+probe's `fails_on`; an inference or sensor probe says its own).
 """
 
 from __future__ import annotations
@@ -78,36 +79,12 @@ class HealthSources:
     clock: Callable[[], float] = time.monotonic
 
 
-class HealthTap:
-    """Events → fast-path failures (and the firmware's bad-frame count for the link probe)."""
-
-    def __init__(self) -> None:
-        self.monitor: HealthMonitor | None = None
-        self.bad_frames = 0
-
-    def on_event(self, ev: Mapping[str, Any]) -> None:
-        m = self.monitor
-        t = ev.get("type")
-        if t == EventType.FIRMWARE_EVENT and ev.get("code") == "bad_frame":
-            self.bad_frames += 1
-        if m is None:
-            return
-        if t == EventType.MQTT_DISCONNECTED:
-            m.fail_now("broker", "MQTT connection lost")
-        elif t == EventType.LINK_FAULT:
-            m.fail_now("link", f"link fault: {ev.get('cause')}")
-        elif t == EventType.JOURNAL_DISABLED:
-            m.fail_now("store", f"the decision journal is off: {ev.get('cause')}")
-        elif t == EventType.CALIBRATION_FAILED:
-            m.fail_now("startup", f"calibration failed: {ev.get('reason')}")
-
-
-def daemon_probes(cfg: Config, src: HealthSources, tap: HealthTap) -> list[Probe]:
+def daemon_probes(cfg: Config, src: HealthSources) -> list[Probe]:
     """The daemon's own probes (health/probes.py)."""
     status_hz = 1e6 / cfg.link.status_period_us
     return [
         BrokerProbe(src.mqtt_ready, src.mqtt_detail, src.outbox_pending),
-        LinkProbe(src.link_frames, src.link_up, src.guardian_alive, lambda: tap.bad_frames,
+        LinkProbe(src.link_frames, src.link_up, src.guardian_alive,
                   min_frames_hz=0.5 * status_hz),
         LoopProbe(src.loop_stats, src.gc_long_pauses, rate_hz=cfg.control.rate_hz),
         StoreProbe(src.state_dir, src.journal_stats),
@@ -150,15 +127,13 @@ def attach_inference_probes(monitor: HealthMonitor | None, router: Any, cfg: Con
 def build_health(cfg: Config, src: HealthSources) -> HealthMonitor:
     """The monitor (not started), its event fast path tapped into the event stream."""
     h = cfg.health
-    tap = HealthTap()
-    probes = daemon_probes(cfg, src, tap) + sensor_probes(cfg, src.sensor_hub)
+    probes = daemon_probes(cfg, src) + sensor_probes(cfg, src.sensor_hub)
     periods = {k: getattr(h.periods, k) for k in h.periods.__dataclass_fields__}
     monitor = HealthMonitor(probes, period_s=h.period_s, periods=periods,
                             budget_s=h.probe_budget_s, fail_after=h.fail_after,
                             recover_after=h.recover_after,
                             on_transition=_router(src, h.recover_after), clock=src.clock)
-    tap.monitor = monitor
-    src.tap_events(tap.on_event)
+    src.tap_events(monitor.on_event)
     return monitor
 
 
