@@ -186,10 +186,17 @@ def test_probes_added_later_run_at_once() -> None:
 # -- the daemon's own probes --------------------------------------------------------------
 def test_broker_probe() -> None:
     state: dict[str, Any] = {"ready": False, "pending": 0}
-    p = BrokerProbe(lambda: state["ready"], lambda: {"connected": False, "error": "refused"},
-                    lambda: state["pending"], backlog_warn=5)
+    detail: dict[str, Any] = {"connected": False, "bridge": True, "error": None,
+                              "connections": 0}
+    p = BrokerProbe(lambda: state["ready"], lambda: detail, lambda: state["pending"],
+                    backlog_warn=5)
     r = p.check(0.0)
+    assert r.level.label == "warn" and "connecting" in r.message  # nothing failed yet
+    detail["error"] = "refused"
+    r = p.check(0.5)
     assert r.failed and "refused" in r.message and p.mode is DM.BROKER_LOST
+    detail["error"], detail["connections"] = None, 1  # lost after it was connected
+    assert p.check(0.7).failed
     state["ready"] = True
     assert p.check(1.0).level.label == "ok"
     state["pending"] = 6

@@ -22,8 +22,10 @@ TOKEN = "wecomkey-7f3a9c2e5b1d4f60"
 
 
 def _extra(recv: Receiver, *more: str) -> tuple[str, ...]:
+    # health.period_s: a daemon without a broker enters broker_lost after 3 broker probes
+    # (a mode report of its own); the reports counted here are the stops' only
     return (f'reports.webhook_url="{recv.url(TOKEN)}"', "reports.retry_min_s=0.2",
-            "reports.retry_max_s=1.0", *more)
+            "reports.retry_max_s=1.0", "health.period_s=3600", *more)
 
 
 def _reports(d: DaemonProc) -> dict[str, dict[str, Any]]:

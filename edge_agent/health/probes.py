@@ -46,7 +46,8 @@ class _Delta:
 class BrokerProbe(_Base):
     """MQTT connected with the command subscription granted; the reports outbox backlog.
 
-    ERROR (a strike toward `broker_lost`) while not ready; WARN when the outbox holds more than
+    ERROR (a strike toward `broker_lost`) while not ready — except before the first connection
+    while no attempt has failed yet (WARN: connecting); WARN when the outbox holds more than
     `backlog_warn` undelivered reports."""
 
     name = "broker"
@@ -63,9 +64,13 @@ class BrokerProbe(_Base):
         backlog = int(self._backlog())
         if not self._ready():
             d = self._detail()
-            why = d.get("error") or "not connected"
-            return ProbeResult.error(f"MQTT broker not usable: {why}", connected=bool(
-                d.get("connected")), subscribed=False, outbox_pending=backlog)
+            why = d.get("error")
+            figs: dict[str, Figure] = {"connected": bool(d.get("connected")),
+                                       "subscribed": False, "outbox_pending": backlog}
+            if why is None and not d.get("connections"):
+                # the first connection still in progress, nothing failed yet: not a strike
+                return ProbeResult.warn("connecting to the MQTT broker", **figs)
+            return ProbeResult.error(f"MQTT broker not usable: {why or 'not connected'}", **figs)
         if backlog > self.backlog_warn:
             return ProbeResult.warn(f"{backlog} reports waiting in the outbox",
                                     connected=True, subscribed=True, outbox_pending=backlog)
