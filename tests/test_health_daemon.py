@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from conftest import MQTT_USERS
 from daemon_proc import DaemonProc
-from mosquitto import Mosquitto, wait_until
+from mosquitto import Mosquitto, Probe, wait_until
+from test_asyncapi import validator
 
 PERIOD_S = 0.2
 
@@ -72,6 +74,17 @@ def test_broker_lost_is_entered_and_left_with_events_state_and_reports(
             {"mode": "broker_lost", "subject": ""}]
 
         broker.start()
+        # subscribed before the daemon is back (its reconnect backoff, then 3 good runs)
+        watcher = Probe(broker, "operator", MQTT_USERS["operator"])
+        watcher.connect()
+        watcher.subscribe(f"edge/{d.device}/event")
+        try:
+            msg = watcher.expect(lambda m: json.loads(m.payload).get("type") == "recovered", 30)
+        finally:
+            watcher.close()
+        ev = json.loads(msg.payload)
+        validator("#/components/schemas/EventPayload").validate(ev)  # as documented
+        assert ev["mode"] == "broker_lost" and ev["probe"] == "broker" and ev["subject"] == ""
         wait_until(lambda: _status(d)["degraded"] == [], 30, "broker_lost left")
         rec = _events(d, "recovered")[-1]
         assert rec["mode"] == "broker_lost" and rec["probe"] == "broker"
