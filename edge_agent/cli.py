@@ -129,16 +129,6 @@ def _config_error(exc: ConfigError, path: str) -> str:
     return f"error: {exc}" if exc.source else f"error: {path}: {exc}"
 
 
-def _not_yet(what: str, exc: ImportError) -> int:
-    print(f"error: {what} is not yet implemented in this build ({exc})", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _missing_module(exc: ImportError, *modules: str) -> bool:
-    """True when the import failed because one of `modules` itself is absent."""
-    return exc.name in modules  # ModuleNotFoundError, or "cannot import name" from that module
-
-
 def _cmd_run(a: argparse.Namespace) -> int:
     from edge_agent.daemon.procstart import mark
 
@@ -172,15 +162,10 @@ def _cmd_run(a: argparse.Namespace) -> int:
     configure_logging(cfg.log.level, cfg.log.format, cfg.secret_values())
     mark("logging")
     try:
-        from edge_agent.daemon.main import (  # type: ignore[import-not-found,unused-ignore]
-            run as daemon_run,
-        )
-    except BaseException as exc:
+        from edge_agent.daemon.main import run as daemon_run
+    except BaseException:
         if early is not None:
-            early.abandon()
-        if isinstance(exc, ImportError) and _missing_module(
-                exc, "edge_agent.daemon.main", "edge_agent.daemon"):
-            return _not_yet("the daemon (edge_agent.daemon.main.run)", exc)
+            early.abandon()  # the daemon cannot start: do not leave its guardian behind
         raise
     mark("daemon_import")
     rc = daemon_run(cfg, sim=a.sim, eager=a.eager, prespawned=early)
@@ -246,7 +231,7 @@ def _cmd_cmd(a: argparse.Namespace) -> int:
 
 
 def _cmd_version(a: argparse.Namespace) -> int:
-    from edge_agent.config_schema import SCHEMA_VERSION
+    from edge_agent.config import SCHEMA_VERSION
     from edge_agent.link.codec import PROTO_VERSION
 
     py = ".".join(map(str, sys.version_info[:3]))

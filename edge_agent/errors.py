@@ -23,10 +23,6 @@ class ConfigError(EdgeAgentError):
         return (type(self), (self.key, self.value, self.why, self.source))
 
 
-class ProtocolError(EdgeAgentError):
-    """A frame could not be encoded (bad arguments) or the peer speaks another protocol version."""
-
-
 class LinkError(EdgeAgentError):
     """The serial link (or the guardian's socketpair) failed: port gone, write timeout, fault."""
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, TextIO
 
 from edge_agent import log
-from edge_agent.config_schema import Secret
+from edge_agent.config import Secret
 
 __all__ = ["REDACTED", "SecretRedactor", "configure_logging"]
 

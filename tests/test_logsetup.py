@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edge_agent import log as edge_log
-from edge_agent.config_schema import Secret
+from edge_agent.config import Secret
 from edge_agent.log import capture_logs, get_logger
 from edge_agent.logsetup import REDACTED, SecretRedactor
 
@@ -26,7 +26,7 @@ PASSWORD = "Zq8-hunter2-Xk41"
 
 SCRIPT = textwrap.dedent(f"""
     import logging, sys, warnings
-    from edge_agent.config_schema import Secret
+    from edge_agent.config import Secret
     from edge_agent.log import get_logger
     from edge_agent.logsetup import configure_logging
     configure_logging(sys.argv[1], sys.argv[2], secrets=[{PASSWORD!r}])

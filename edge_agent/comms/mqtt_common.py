@@ -37,7 +37,7 @@ class TlsOptions:
 
     @classmethod
     def from_config(cls, tls: Any) -> TlsOptions:
-        """From an `MqttTlsSection` (edge_agent.config_schema): the daemon's and the CLI's."""
+        """From an `MqttTlsSection` (edge_agent.config.schema): the daemon's and the CLI's."""
         return cls(ca_file=str(tls.ca_file) if tls.ca_file else None,
                    cert_file=str(tls.cert_file) if tls.cert_file else None,
                    key_file=str(tls.key_file) if tls.key_file else None,

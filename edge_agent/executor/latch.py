@@ -18,13 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from edge_agent.errors import EdgeAgentError
 from edge_agent.log import get_logger
 from edge_agent.vocab import ESTOP_CAUSES, StopCause, StopKind
 
 _log = get_logger(__name__)
 
 
-class ResetRefused(Exception):
+class ResetRefused(EdgeAgentError):
     """A reset was refused; `code` is a stable reason (estop_active, cause_present)."""
 
     def __init__(self, code: str, message: str) -> None:

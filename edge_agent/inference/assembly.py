@@ -58,7 +58,7 @@ class InferenceSettings:
 
     @classmethod
     def from_config(cls, section: Any) -> InferenceSettings:
-        """From an `InferenceSection` (edge_agent.config_schema)."""
+        """From an `InferenceSection` (edge_agent.config.schema)."""
         return cls(tuple(section.providers), section.model, section.cache_dir,
                    section.triton_url, section.triton_model, section.deadline_ms / 1e3,
                    section.intra_op_threads, section.model_wait_s,

@@ -369,7 +369,7 @@ class GuardianRules:
         due = msg.at_us / 1e6
         if due - now > self.deadman_s + _DUE_SLACK_S:
             # Further ahead than the deadman: the stream would have gone quiet by then (the
-            # daemon's period is at most half of it, config_checks) — a bad clock or a bug.
+            # daemon's period is at most half of it, config/checks.py) — a bad clock or a bug.
             self.counters["timed_rejected"] += 1
             return
         self._timed = (due, msg.cmd)

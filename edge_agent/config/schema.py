@@ -1,6 +1,6 @@
 """The configuration schema: one frozen dataclass per section; each field carries its type, limits.
 
-The loader (edge_agent.config) walks these dataclasses, so a key exists exactly when a field
+The loader (edge_agent.config.load) walks these dataclasses, so a key exists exactly when a field
 declares it here, with its default and the checks that apply to it. configs/sim.toml documents
 every key in a comment. Units are in the key's suffix (_s, _ms, _us, _hz, _m, _n, _bytes).
 """

@@ -10,7 +10,7 @@ directory (paths given with --set: against the working directory); `${CREDENTIAL
 `~` are expanded in paths. Secrets (mqtt.password, reports.webhook_url) are `Secret`s: repr '***',
 and the config hash leaves them out (it is published: a hash over a password would let anyone
 test guesses offline); the *_file keys that name them are hashed as paths. The schema is
-edge_agent/config_schema.py; checks that span keys are in edge_agent/config_checks.py. Cheap
+edge_agent/config/schema.py; checks that span keys are in edge_agent/config/checks.py. Cheap
 to import: stdlib only, no logging.
 
 With `sim=True`, link.port may be absent (None): the daemon fills it with the rig's pty using
@@ -29,9 +29,9 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from edge_agent import config_checks
-from edge_agent.config_checks import LoadContext
-from edge_agent.config_schema import (
+from edge_agent.config import checks as config_checks
+from edge_agent.config.checks import LoadContext
+from edge_agent.config.schema import (
     SCHEMA_VERSION,
     SECTIONS,
     TOP_LEVEL,
@@ -50,11 +50,11 @@ from edge_agent.config_schema import (
     SimSection,
     Spec,
 )
-from edge_agent.config_values import Elided, config_keys, convert, read_table, unknown
+from edge_agent.config.values import Elided, config_keys, convert, read_table, unknown
 from edge_agent.errors import ConfigError
 from edge_agent.robot import RobotDescription, load_robot
 
-__all__ = ["Config", "ConfigError", "Secret", "config_keys", "load_config", "parse_override"]
+__all__ = ["Config", "load_config", "parse_override"]
 
 
 @dataclass(frozen=True, slots=True)

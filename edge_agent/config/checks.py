@@ -1,6 +1,6 @@
 """Configuration checks that span keys: derived defaults, consistency, secrets and file modes.
 
-Works on the per-section value dicts the loader (edge_agent.config) has already type-checked,
+Works on the per-section value dicts the loader (edge_agent.config.load) has already type-checked,
 before they become frozen dataclasses. Errors raise ConfigError naming the first key; softer
 findings are appended to `LoadContext.warnings` (the daemon logs them, check-config prints them).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config_schema import Secret
+from edge_agent.config.schema import Secret
 from edge_agent.errors import ConfigError
 from edge_agent.robot import RobotDescription
 

@@ -1,6 +1,6 @@
 """Reads raw TOML values into typed ones by their Spec: kinds, ranges, choices, paths, unknowns.
 
-Used by edge_agent.config; every fault raises ConfigError through LoadContext.fail, naming the
+Used by edge_agent.config.load; every fault raises ConfigError through LoadContext.fail, naming the
 dotted key. Paths: `${VAR}` (systemd's directory variables only) and `~` are expanded; relative
 paths resolve against the config file's directory, or the working directory for --set values.
 """
@@ -15,8 +15,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config_checks import LoadContext
-from edge_agent.config_schema import SECTIONS, TOP_LEVEL, Secret, Spec
+from edge_agent.config.checks import LoadContext
+from edge_agent.config.schema import SECTIONS, TOP_LEVEL, Secret, Spec
 from edge_agent.errors import ConfigError
 
 ENV_VARS = ("CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "RUNTIME_DIRECTORY",
