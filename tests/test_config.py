@@ -27,8 +27,8 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
     assert (m.tls.enabled, m.tls.ca_file, m.tls.insecure) == (False, None, False)
     ln = c.link
     assert (ln.port, ln.baudrate, ln.deadman_ms, ln.status_period_us, ln.fault_after) == (
-        "/dev/ttyUSB0", 1_000_000, 50, 1000, 5)
-    assert (ln.reopen_min_s, ln.reopen_max_s, ln.guardian_priority) == (0.2, 5.0, 30)
+        "/dev/ttyUSB0", 1_000_000, 50, 1000, 16)
+    assert (ln.reopen_min_s, ln.reopen_max_s, ln.guardian_priority) == (0.05, 2.0, 30)
     assert (c.control.rate_hz, c.control.decision_hz, c.control.spin_s, c.control.no_spin) == (
         200.0, 20.0, 0.0002, False)
     ex = c.executor
@@ -45,7 +45,7 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
     assert (c.journal.enabled, c.journal.segment_bytes, c.journal.max_segments) == (
         True, 4 * 1024 * 1024, 16)
     assert (c.log.level, c.log.format, c.debug.failure_injection) == ("info", "auto", False)
-    assert (c.sim.robot_seed, c.sim.rig_config, c.sim.ptys) == (0, None, 1)
+    assert (c.sim.robot_seed, c.sim.rig_config) == (0, None)
     assert c.robot.name == "edge-arm-4" and c.robot.n_joints == 4
     assert c.robot_file == ROBOT
     assert c.warnings == ()
@@ -121,7 +121,7 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("link", "guardian_priority", "60", "IRQ threads"),
     ("link", "guardian_priority", "-1", "must be >= 0"),
     ("link", "fault_after", "0", "must be >= 1"),
-    ("link", "reopen_min_s", "10", "must not exceed link.reopen_max_s (5)"),
+    ("link", "reopen_min_s", "10", "must not exceed link.reopen_max_s (2)"),
     ("robot", "description", '"nope.toml"', "file not found"),
     ("robot", "description", "3", "must be a string"),
     ("control", "rate_hz", "5", "must be >= 10 and <= 1000"),
@@ -165,7 +165,7 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("log", "level", '"verbose"', 'must be one of "debug", "info", "warning", "error"'),
     ("log", "format", '"xml"', 'must be one of "auto", "json", "console"'),
     ("debug", "failure_injection", '"true"', "must be true or false"),
-    ("sim", "ptys", "0", "must be >= 1"),
+    ("sim", "rig_priority", "100", "must be >= 0 and <= 99"),
     ("sim", "robot_seed", "-1", "must be >= 0"),
     ("sim", "rig_config", '"rig.toml"', "file not found"),
     ("mqtt.tls", "insecure", "true", "has no effect without TLS"),

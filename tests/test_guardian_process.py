@@ -28,6 +28,7 @@ from edge_agent.link.codec import (
     Mode,
     Ping,
     Status,
+    StatusFlag,
     Stop,
     StopCategory,
     StopReason,
@@ -390,3 +391,51 @@ def test_commands_before_the_guardian_is_ready_are_dropped_other_frames_wait(
         assert not [f for f in peer.received if isinstance(f.msg, Command)]
     finally:
         client.stop()
+
+
+@pytest.mark.parametrize(("fault_after", "faults"), [(4, True), (1000, False)])
+def test_link_fault_after_is_how_many_bad_frames_in_a_row_fault_the_link(
+        peer: FirmwarePeer, capfd: pytest.CaptureFixture[str], fault_after: int,
+        faults: bool) -> None:
+    """`link.fault_after` reaches the guardian (--fault-after): 6 bad frames in a row are a
+    `bad_frames` link fault at 4, and nothing at 1000 (the next good frame is relayed)."""
+    daemon = Daemon()
+    client = start_client(peer, daemon, extra_args=("--fault-after", str(fault_after)))
+    try:
+        z = (0.0,) * 4
+        marker = Status(424242, StatusFlag.SESSION_OPEN, 0, z, z, z, 0.0, 0.0, 0.0)
+        bad = bytearray(codec.encode(marker, 7))
+        bad[6] = bad[6] ^ 0x40 or 0x40  # a CRC error; never a 0x00 (that would split the frame)
+        m = daemon.mark()
+        if faults:
+            peer.streaming = False  # no good frame right after the burst to reset the count
+            peer.send_raw(bytes(bad) * 6)
+            st = daemon.wait_state(lambda s: not s.link_up, m)
+            assert st.latched and st.cause == StopReason.LINK_FAULT
+        else:
+            peer.send_raw(bytes(bad) * 6 + codec.encode(marker, 12345))
+            daemon.wait(lambda: any(f.msg == marker for f in daemon.frames[m:]))
+            upto = [f.msg for f in daemon.frames[m:]]
+            upto = upto[: upto.index(marker)]
+            assert not [g for g in upto if isinstance(g, GState) and not g.link_up]
+    finally:
+        client.stop()
+    faults_logged = [ln for ln in capfd.readouterr().err.splitlines()
+                     if '"link_fault"' in ln and '"bad_frames"' in ln]
+    assert bool(faults_logged) == faults, faults_logged
+
+
+def test_the_link_keys_reach_the_guardian_command_line(tmp_path: Path) -> None:
+    """spec_from_config hands [link] to the guardian: what the test above sets by hand."""
+    from edge_agent.config import load_config
+    from edge_agent.link.guardian import parse_args
+    from edge_agent.link.guardian_spawn import spec_from_config
+
+    (tmp_path / "state").mkdir()
+    cfg = load_config(ROOT / "configs" / "sim.toml", [
+        f"state_dir={tmp_path / 'state'}", "link.fault_after=7", "link.baudrate=115200",
+        "link.write_timeout_ms=2.5", "link.reopen_min_s=0.3", "link.reopen_max_s=4"], sim=True)
+    cmd = spec_from_config(cfg, "/dev/ttyX").command(3, restart=False)
+    args = parse_args(cmd[cmd.index("--fd"):])
+    assert (args.fault_after, args.baudrate, args.write_timeout_ms, args.reopen_min_s,
+            args.reopen_max_s) == (7, 115200, 2.5, 0.3, 4.0)

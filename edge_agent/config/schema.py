@@ -152,16 +152,16 @@ class LinkSection:
     baudrate: int = opt("int", 1_000_000, lo=1200, hi=20_000_000)
     deadman_ms: int = opt("int", 50, lo=5, hi=1000)
     status_period_us: int = opt("int", 1000, lo=100, hi=100_000)
-    fault_after: int = opt("int", 5, lo=1, hi=1000)
-    reopen_min_s: float = opt("float", 0.2, lo=0.0, lo_open=True, hi=60.0)
-    reopen_max_s: float = opt("float", 5.0, lo=0.0, lo_open=True, hi=600.0)
+    fault_after: int = opt("int", 16, lo=1, hi=1000)
+    reopen_min_s: float = opt("float", 0.05, lo=0.0, lo_open=True, hi=60.0)
+    reopen_max_s: float = opt("float", 2.0, lo=0.0, lo_open=True, hi=600.0)
     guardian_priority: int = opt("int", 30, lo=0, hi=49,
                                  hint="SCHED_FIFO priority, 0 = off; keep it below the kernel's "
                                       "IRQ threads (50)")
     reader_priority: int = opt("int", 19, lo=0, hi=49,
                                hint="SCHED_FIFO priority of the daemon's link reader thread, "
                                     "0 = off; below link.guardian_priority")
-    write_timeout_ms: float = opt("float", 10.0, lo=0.0, lo_open=True, hi=1000.0)
+    write_timeout_ms: float = opt("float", 5.0, lo=0.0, lo_open=True, hi=1000.0)
     hello_timeout_s: float = opt("float", 1.0, lo=0.0, lo_open=True, hi=60.0)
 
 
@@ -323,7 +323,6 @@ class SimSection:
 
     robot_seed: int = opt("int", 0, lo=0, hi=2**32 - 1)
     rig_config: Path | None = opt("path", exists="file")
-    ptys: int = opt("int", 1, lo=1, hi=64)
     # SCHED_FIFO priority for the rig process (0 = normal). Real drive firmware is not starved
     # by the host's load; benchmarks give the rig a priority above the guardian's to match.
     rig_priority: int = opt("int", 0, lo=0, hi=99)

@@ -108,7 +108,9 @@ class Guardian:
             LinkConfig(port=args.port, baudrate=args.baudrate,
                        write_timeout_s=args.write_timeout_ms / 1000,
                        rx_timeout_s=args.rx_timeout_ms / 1000,
-                       open_timeout_s=args.open_timeout_ms / 1000),
+                       open_timeout_s=args.open_timeout_ms / 1000,
+                       max_bad_in_row=args.fault_after,
+                       backoff_min_s=args.reopen_min_s, backoff_max_s=args.reopen_max_s),
             on_open=self._on_open, on_up=self._on_up, on_down=self._on_down)
         self.tty_seq = SeqCounter()
         self.from_daemon = FrameDecoder()
@@ -289,6 +291,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="3 windows this long without a valid frame: link fault")
     p.add_argument("--open-timeout-ms", type=float, default=2000.0,
                    help="no valid frame this long after opening: link fault")
+    p.add_argument("--fault-after", type=int, default=16,
+                   help="link.fault_after: this many bad frames in a row: link fault")
+    p.add_argument("--reopen-min-s", type=float, default=0.05,
+                   help="link.reopen_min_s: first backoff before a faulted port is reopened")
+    p.add_argument("--reopen-max-s", type=float, default=2.0,
+                   help="link.reopen_max_s: the backoff doubles up to this")
     p.add_argument("--priority", type=int, default=30, help="SCHED_FIFO priority; 0: do not ask")
     p.add_argument("--log-format", choices=("auto", "json", "console"), default="auto",
                    help="the daemon's log.format: auto = console lines on a terminal, else JSON")

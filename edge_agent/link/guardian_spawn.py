@@ -95,7 +95,12 @@ def spawn(spec: GuardianSpec, *, restart: bool = False, stderr: int | None = Non
 
 def spec_from_config(cfg: Config, port: str) -> GuardianSpec:
     """The guardian the daemon runs for `cfg` on tty `port` (the CLI's early start uses it too)."""
-    return GuardianSpec(port, cfg.robot_file, cfg.link.deadman_ms / 1000.0,
-                        cfg.link.guardian_priority,
-                        ("--status-period-us", str(cfg.link.status_period_us),
+    link = cfg.link
+    return GuardianSpec(port, cfg.robot_file, link.deadman_ms / 1000.0, link.guardian_priority,
+                        ("--status-period-us", str(link.status_period_us),
+                         "--baudrate", str(link.baudrate),
+                         "--write-timeout-ms", f"{link.write_timeout_ms:g}",
+                         "--fault-after", str(link.fault_after),
+                         "--reopen-min-s", f"{link.reopen_min_s:g}",
+                         "--reopen-max-s", f"{link.reopen_max_s:g}",
                          "--log-format", cfg.log.format))
