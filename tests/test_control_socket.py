@@ -25,6 +25,7 @@ from edge_agent.comms.client import (
 )
 from edge_agent.comms.control_socket import ControlSocketServer
 from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.errors import EdgeAgentError
 
 
@@ -139,8 +140,8 @@ def test_send_command_over_the_socket(daemon: Daemonish) -> None:
 def test_send_command_over_mqtt(broker: Mosquitto, tmp_path: Path, protocol: str) -> None:
     api = CommandAPI(lambda: Mode.IDLE)
     api.register("status", lambda a, c: {"via": c.source})
-    bridge = MqttBridge(api, device_id="dev1", host=broker.host, port=broker.port,
-                        password=MQTT_USERS["dev1"], protocol=protocol)
+    bridge = MqttBridge(MqttSettings(device_id="dev1", host=broker.host, port=broker.port,
+                                     password=MQTT_USERS["dev1"], protocol=protocol), api)
     bridge.start()
     target = MqttTarget(device_id="dev1", host=broker.host, port=broker.port,
                         username="operator", password=MQTT_USERS["operator"], protocol=protocol)

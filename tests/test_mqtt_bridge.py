@@ -23,6 +23,7 @@ from edge_agent.commands import CommandAPI, CommandContext, Freshness, Mode
 from edge_agent.comms.inbox import CommandInbox, InboundCommand
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import Topics
+from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.errors import ConfigError
 from edge_agent.log import capture_logs
 
@@ -42,10 +43,11 @@ class Device:
         self.entered = threading.Event()
         for name in ("status", "task.start", "estop", "reset"):
             self.api.register(name, self._record)
-        self.bridge = MqttBridge(
-            self.api, device_id="dev1", host=broker.host, port=port,
-            password=MQTT_USERS["dev1"], reconnect_min_s=0.05, reconnect_max_s=0.5,
-            on_estop=self.estops.append, clock=self.clock, **kwargs)
+        settings = MqttSettings(device_id="dev1", host=broker.host, port=port,
+                                password=MQTT_USERS["dev1"], reconnect_min_s=0.05,
+                                reconnect_max_s=0.5, **kwargs)
+        self.bridge = MqttBridge(settings, self.api, on_estop=self.estops.append,
+                                 clock=self.clock)
 
     def _record(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         self.ran.append((ctx.command, ctx.id))
@@ -372,8 +374,8 @@ def test_stop_is_idempotent_and_start_after_stop_is_a_no_op(broker: Mosquitto) -
     dev.bridge.stop()
     dev.bridge.start()
     assert not dev.bridge.connected
-    never = MqttBridge(CommandAPI(lambda: Mode.IDLE), device_id="x", host=broker.host,
-                       port=broker.port)
+    never = MqttBridge(MqttSettings(device_id="x", host=broker.host, port=broker.port),
+                       CommandAPI(lambda: Mode.IDLE))
     never.stop()
 
 
@@ -414,4 +416,4 @@ def test_topics_and_device_id_checks() -> None:
     assert t.cmd_filter == "edge/dev1/cmd/+" and t.reply("reset") == "edge/dev1/reply/reset"
     for bad in ("", "a/b", "dev+", "#"):
         with pytest.raises(ConfigError, match=r"device\.id"):
-            MqttBridge(CommandAPI(lambda: Mode.IDLE), device_id=bad)
+            MqttBridge(MqttSettings(device_id=bad), CommandAPI(lambda: Mode.IDLE))

@@ -21,6 +21,7 @@ from mosquitto import Mosquitto, Probe, wait_until
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_settings import MqttSettings
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
@@ -30,11 +31,13 @@ CHILD = textwrap.dedent("""
     log.configure(level=log.DEBUG, renderer=log.render_json, stream=sys.stdout)
     from edge_agent.commands import CommandAPI, Mode
     from edge_agent.comms.mqtt_bridge import MqttBridge
+    from edge_agent.comms.mqtt_settings import MqttSettings
     api = CommandAPI(lambda: Mode.IDLE)
     api.register("status", lambda args, ctx: {"alive": True})
-    bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=int(sys.argv[1]),
-                        password=os.environ["EDGE_TEST_MQTT_PASSWORD"], boot_id=sys.argv[2],
-                        reconnect_min_s=0.05, reconnect_max_s=0.5)
+    bridge = MqttBridge(MqttSettings(
+        device_id="dev1", host="127.0.0.1", port=int(sys.argv[1]),
+        password=os.environ["EDGE_TEST_MQTT_PASSWORD"], boot_id=sys.argv[2],
+        reconnect_min_s=0.05, reconnect_max_s=0.5), api)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     bridge.start()
@@ -154,9 +157,10 @@ def test_broker_restart_reconnects_resubscribes_and_republishes_status(
     api = CommandAPI(lambda: Mode.IDLE)
     api.register("status", lambda a, c: {"alive": True})
     ups: list[bool] = []
-    bridge = MqttBridge(api, device_id="dev1", host=broker.host, port=broker.port,
-                        password=MQTT_USERS["dev1"], boot_id="b-restart",
-                        reconnect_min_s=0.05, reconnect_max_s=0.3, on_connection=ups.append)
+    bridge = MqttBridge(MqttSettings(device_id="dev1", host=broker.host, port=broker.port,
+                                     password=MQTT_USERS["dev1"], boot_id="b-restart",
+                                     reconnect_min_s=0.05, reconnect_max_s=0.3),
+                        api, on_connection=ups.append)
     bridge.start()
     try:
         assert bridge.wait_ready(10) and bridge.seq == 0

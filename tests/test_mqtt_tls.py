@@ -15,6 +15,7 @@ from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.client import MqttTarget, send_command
 from edge_agent.comms.mqtt_bridge import MqttBridge
 from edge_agent.comms.mqtt_common import TlsOptions
+from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.log import capture_logs
 
 
@@ -53,8 +54,8 @@ def test_bridge_and_client_over_tls(tls_broker: tuple[Mosquitto, int, Path]) -> 
     api = CommandAPI(lambda: Mode.IDLE)
     api.register("status", lambda a, c: {"tls": True})
     tls = TlsOptions(ca_file=str(pki / "ca.crt"))
-    bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=port,
-                        password=MQTT_USERS["dev1"], tls=tls)
+    bridge = MqttBridge(MqttSettings(device_id="dev1", host="127.0.0.1", port=port,
+                                     password=MQTT_USERS["dev1"], tls=tls), api)
     bridge.start()
     try:
         assert bridge.wait_ready(15), broker.log()
@@ -70,9 +71,10 @@ def test_an_unverifiable_server_is_refused(tls_broker: tuple[Mosquitto, int, Pat
     _broker, port, _pki = tls_broker
     api = CommandAPI(lambda: Mode.IDLE)
     with capture_logs() as logs:
-        bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=port,
-                            password=MQTT_USERS["dev1"], tls=TlsOptions(),  # system CAs only
-                            reconnect_min_s=0.05, reconnect_max_s=0.2)
+        bridge = MqttBridge(MqttSettings(device_id="dev1", host="127.0.0.1", port=port,
+                                         password=MQTT_USERS["dev1"],
+                                         tls=TlsOptions(),  # system CAs only
+                                         reconnect_min_s=0.05, reconnect_max_s=0.2), api)
         bridge.start()
         try:
             assert not bridge.wait_ready(2)

@@ -28,6 +28,7 @@ from test_mqtt_tls import _openssl, make_pki
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_settings import MqttSettings
 
 
 @pytest.fixture
@@ -173,8 +174,8 @@ def test_a_response_topic_outside_reply_is_not_honoured(broker: Mosquitto) -> No
     api = CommandAPI(lambda: Mode.IDLE)
     api.register("status", lambda a, c: {"ok": True})
     estops: list[str] = []
-    bridge = MqttBridge(api, device_id="dev1", host="127.0.0.1", port=open_broker.port,
-                        password=MQTT_USERS["dev1"], on_estop=estops.append)
+    bridge = MqttBridge(MqttSettings(device_id="dev1", host="127.0.0.1", port=open_broker.port,
+                                     password=MQTT_USERS["dev1"]), api, on_estop=estops.append)
     watcher = Probe(open_broker, "operator", MQTT_USERS["operator"], client_id="watcher")
     bridge.start()
     try:

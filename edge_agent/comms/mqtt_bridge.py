@@ -26,7 +26,6 @@ clears the flag on live delivery, so only the stored copy (sent on subscribing) 
 from __future__ import annotations
 
 import random
-import ssl
 import sys
 import threading
 import uuid
@@ -38,17 +37,15 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from edge_agent import __version__
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands.api import CommandAPI
 from edge_agent.commands.codes import Reply
 from edge_agent.commands.schema import recover_id
 from edge_agent.comms.inbox import CommandInbox, InboundCommand
 from edge_agent.comms.mqtt_common import (
-    FLEET_ESTOP_TOPIC,
-    TlsOptions,
     Topics,
     check_topic_level,
+    connect_failure_reason,
     make_client,
     mqtt_properties,
     protocol_number,
@@ -56,6 +53,7 @@ from edge_agent.comms.mqtt_common import (
     set_nodelay,
     to_payload,
 )
+from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.log import get_logger
 from edge_agent.vocab import ErrorCode
 
@@ -65,48 +63,21 @@ _log = get_logger(__name__)
 class MqttBridge:
     """Owns the daemon's MQTT connection. `start()` returns at once; `stop()` is idempotent."""
 
-    def __init__(
-        self,
-        api: CommandAPI,
-        *,
-        device_id: str,
-        host: str = "localhost",
-        port: int = 1883,
-        username: str | None = None,
-        password: str | None = None,
-        tls: TlsOptions | None = None,
-        topic_prefix: str | None = None,
-        fleet_estop_topic: str = FLEET_ESTOP_TOPIC,
-        protocol: str | int = "5",
-        keepalive: int = 30,
-        max_queued: int = 1000,
-        inbox_size: int = 256,
-        reconnect_min_s: float = 1.0,
-        reconnect_max_s: float = 30.0,
-        will_delay_s: int = 0,
-        boot_id: str | None = None,
-        version: str = __version__,
-        config_hash: str = "",
-        telemetry_min_interval_s: float = 1.0,
-        on_estop: Callable[[str], None] | None = None,
-        on_connection: Callable[[bool], None] | None = None,
-        clock: Clock | None = None,
-        rng: random.Random | None = None,
-    ) -> None:
+    def __init__(self, settings: MqttSettings, api: CommandAPI, *,
+                 on_estop: Callable[[str], None] | None = None,
+                 on_connection: Callable[[bool], None] | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        st = self.settings = settings
         self._api = api
-        self.device_id = check_topic_level("device.id", device_id)
-        self.topics = Topics(topic_prefix or f"edge/{device_id}", fleet_estop_topic)
-        self._host, self._port, self._keepalive = host, port, keepalive
-        self._v5 = protocol_number(protocol) == paho.MQTTv5
-        self._will_delay_s = will_delay_s
-        self._identity = {"boot_id": boot_id or uuid.uuid4().hex, "version": version,
-                          "config_hash": config_hash}
-        self._telemetry_min_interval_s = telemetry_min_interval_s
+        self.device_id = check_topic_level("device.id", st.device_id)
+        self.topics = Topics(st.topic_prefix or f"edge/{st.device_id}", st.fleet_estop_topic)
+        self._v5 = protocol_number(st.protocol) == paho.MQTTv5
+        self._identity = {"boot_id": st.boot_id or uuid.uuid4().hex, "version": st.version,
+                          "config_hash": st.config_hash}
         self._on_estop = on_estop
         self._on_connection = on_connection
         self._clock: Clock = clock or MonotonicClock()
         self._rng = rng or random.Random()
-        self._reconnect = (reconnect_min_s, reconnect_max_s)
         self._lock = threading.Lock()
         self._attempt_seq = 0  # the seq the will of the pending connection attempt carries
         self._live_seq: int | None = None  # the seq of the current connection's birth
@@ -122,11 +93,11 @@ class MqttBridge:
             "publish_refused", "telemetry_suppressed", "connections", "disconnects",
             "response_topic_refused"), 0)
         self.last_error: str | None = None  # why the last connection attempt failed
-        self._inbox = CommandInbox(self._process, maxsize=inbox_size)
-        self._client = make_client(device_id, protocol=protocol,
-                                   username=username or device_id,
-                                   password=password, tls=tls, clean_session=True)
-        self._client.max_queued_messages_set(max_queued)
+        self._inbox = CommandInbox(self._process, maxsize=st.inbox_size)
+        self._client = make_client(st.device_id, protocol=st.protocol,
+                                   username=st.username or st.device_id,
+                                   password=st.password, tls=st.tls, clean_session=True)
+        self._client.max_queued_messages_set(st.max_queued)
         self._client.enable_logger()  # paho's own debug lines (never the password) via logging
         self._jitter_reconnect()
         self._client.on_pre_connect = self._on_pre_connect
@@ -151,10 +122,11 @@ class MqttBridge:
         kwargs: dict[str, Any] = {}
         if self._v5:  # clean on every (re)connect; no SessionExpiryInterval: the session ends
             kwargs["clean_start"] = True  # with the connection, nothing is queued for us
-        _log.info("mqtt_connecting", host=self._host, port=self._port, client_id=self.device_id,
+        st = self.settings
+        _log.info("mqtt_connecting", host=st.host, port=st.port, client_id=self.device_id,
                   protocol="5" if self._v5 else "3.1.1", prefix=self.topics.prefix,
                   boot_id=self._identity["boot_id"])
-        self._client.connect_async(self._host, self._port, self._keepalive, **kwargs)
+        self._client.connect_async(st.host, st.port, st.keepalive, **kwargs)
         self._client.loop_start()
 
     def stop(self, timeout: float = 2.0) -> None:
@@ -221,7 +193,7 @@ class MqttBridge:
         now = self._clock.now()
         with self._lock:
             last = self._last_telemetry
-            if last is not None and now - last < self._telemetry_min_interval_s:
+            if last is not None and now - last < self.settings.telemetry_min_interval_s:
                 self.counters["telemetry_suppressed"] += 1
                 return False
             self._last_telemetry = now
@@ -255,14 +227,14 @@ class MqttBridge:
 
     def _set_will(self, seq: int) -> None:
         props = None
-        if self._v5 and self._will_delay_s > 0:
+        if self._v5 and self.settings.will_delay_s > 0:
             props = mqtt_properties(PacketTypes.WILLMESSAGE)
-            props.WillDelayInterval = self._will_delay_s
+            props.WillDelayInterval = self.settings.will_delay_s
         self._client.will_set(self.topics.status, self._status("offline", seq), qos=1,
                               retain=True, properties=props)
 
     def _jitter_reconnect(self) -> None:
-        lo, hi = self._reconnect
+        lo, hi = self.settings.reconnect_min_s, self.settings.reconnect_max_s
         # Per-device jitter so a fleet does not reconnect in lock-step after a broker restart;
         # paho doubles the delay from the min up to the max within one outage.
         # paho annotates ints but computes with floats (sub-second delays work).
@@ -284,7 +256,7 @@ class MqttBridge:
                     properties: Any) -> None:
         if reason_failed(reason_code):
             self.last_error = f"the broker refused the connection: {reason_code}"
-            _log.error("mqtt_connect_refused", reason=str(reason_code), host=self._host)
+            _log.error("mqtt_connect_refused", reason=str(reason_code), host=self.settings.host)
             return
         self.last_error = None
         set_nodelay(client.socket())
@@ -315,8 +287,8 @@ class MqttBridge:
         # paho calls this inside its `except OSError:`: the exception says why (a TLS
         # verification failure carries OpenSSL's reason, e.g. "certificate has expired").
         exc = sys.exc_info()[1]
-        self.last_error = _failure_reason(exc)
-        _log.warning("mqtt_connect_failed", host=self._host, port=self._port,
+        self.last_error = connect_failure_reason(exc)
+        _log.warning("mqtt_connect_failed", host=self.settings.host, port=self.settings.port,
                      error=self.last_error)
 
     def _on_disconnect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
@@ -425,14 +397,3 @@ class MqttBridge:
             with self._lock:
                 self.counters["replies"] += 1
 
-
-def _failure_reason(exc: BaseException | None) -> str:
-    """One line: why a connection attempt failed (OpenSSL's verify message when TLS)."""
-    if exc is None:
-        return "connection failed"
-    verify = getattr(exc, "verify_message", None)
-    if verify:
-        return f"TLS: the broker's certificate was rejected: {verify}"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS: {exc.reason or exc}"
-    return f"{type(exc).__name__}: {exc}"

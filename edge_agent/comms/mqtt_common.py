@@ -213,3 +213,15 @@ def reason_failed(reason_code: Any) -> bool:
         return int(reason_code) != 0
     except (TypeError, ValueError):
         return True
+
+
+def connect_failure_reason(exc: BaseException | None) -> str:
+    """One line: why a connection attempt failed (OpenSSL's verify message when TLS)."""
+    if exc is None:
+        return "connection failed"
+    verify = getattr(exc, "verify_message", None)
+    if verify:
+        return f"TLS: the broker's certificate was rejected: {verify}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    return f"{type(exc).__name__}: {exc}"

@@ -83,22 +83,13 @@ class Publisher:
 
     def _build_bridge(self) -> bool:
         from edge_agent.comms.mqtt_bridge import MqttBridge
-        from edge_agent.comms.mqtt_common import TlsOptions
+        from edge_agent.comms.mqtt_settings import MqttSettings
         from edge_agent.errors import ConfigError
 
-        d, m = self.d, self.d.cfg.mqtt
-        tls = TlsOptions.from_config(m.tls) if m.tls.enabled else None
+        d = self.d
         try:
-            bridge = MqttBridge(
-                d.api, device_id=d.cfg.device.id, host=m.host, port=m.port,
-                username=m.username or d.cfg.device.id,
-                password=m.password.reveal() if m.password else None, tls=tls,
-                topic_prefix=m.topic_prefix or None, fleet_estop_topic=m.fleet_topic,
-                protocol=m.protocol, keepalive=m.keepalive_s, max_queued=m.max_queued,
-                reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
-                boot_id=d.boot_id, config_hash=d.cfg.hash,
-                telemetry_min_interval_s=1.0 / m.telemetry_hz if m.telemetry_hz > 0 else 3600.0,
-                on_estop=self.on_estop, on_connection=self._on_connection)
+            bridge = MqttBridge(MqttSettings.from_config(d.cfg, boot_id=d.boot_id), d.api,
+                                on_estop=self.on_estop, on_connection=self._on_connection)
         except ConfigError as exc:  # a TLS file: name the key and why, no traceback
             self._bridge_failed(f"{exc.key}: {exc.why}")
             return False
