@@ -1,18 +1,21 @@
-"""Logging set-up, done once by the application: JSON lines or console output, secrets redacted.
+"""Logging set-up, done once by the application: structlog's chain, JSON lines or console.
 
     configure_logging(cfg.log.level, cfg.log.format, secrets=cfg.secret_values())
 
-JSON lines on stdout when stdout is not a terminal (journald keeps them as-is; fields `ts`
-ISO-8601 UTC, `level`, `logger`, `event`, then the key-values), readable colours on a terminal
-(none when NO_COLOR is set); the link guardian writes the same format (--log-format);
-`fmt` "json" / "console" forces one. Records from stdlib `logging` (transitions, paho when
-enabled, warnings) get the same format. A redacting processor runs last before rendering: values
-of keys named like password/secret/token, `Secret` objects and any occurrence of a configured
-secret become '***' — in the event text, key-values and formatted tracebacks alike.
+One processor chain for edge_agent's structlog records and stdlib `logging` records alike
+(transitions, paho when enabled, warnings: structlog.stdlib.ProcessorFormatter): the thread's
+context (`task_id`, edge_agent.log.bind_task), level, logger name, `ts` (ISO-8601 UTC), the
+traceback formatted, then a redactor, then the renderer. JSON lines on stdout when stdout is not
+a terminal (journald keeps them as-is; fields `ts`, `level`, `logger`, `event`, then the
+key-values), structlog's console renderer on a terminal (no colours when NO_COLOR is set); the
+link guardian writes the same format (--log-format, edge_agent.logline). `fmt` "json" /
+"console" forces one. The redactor runs last before rendering: values of keys named like
+password/secret/token, `Secret` objects and any occurrence of a configured secret become '***'
+— in the event text, key-values and formatted tracebacks alike.
 
-Library code never calls this; it uses `edge_agent.log.get_logger(__name__)`. A logger reads the
-configuration on every call, so a later configure_logging() reaches loggers that modules hold.
-The module is named logsetup, not logging, so that it can never shadow the stdlib module.
+Library code never calls this; it uses `edge_agent.log.get_logger(__name__)`. Loggers are not
+cached, so a later configure_logging() reaches loggers that modules hold. The module is named
+logsetup, not logging, so that it can never shadow the stdlib module.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
 
-from edge_agent import log
 from edge_agent.config import Secret
 
 __all__ = ["REDACTED", "SecretRedactor", "configure_logging"]
@@ -36,6 +38,7 @@ _SECRET_KEY = re.compile(r"pass(w|$)|secret|token|credential|authorization|api_?
                          re.IGNORECASE)
 _MIN_SUBSTRING = 4  # shorter secrets are redacted only where a whole value equals them
 _PLAIN = (int, float, bool, type(None))
+_HEAD = ("ts", "level", "logger", "event")
 _handler: logging.Handler | None = None
 
 
@@ -88,50 +91,58 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def _head_first(logger: Any, method: str,
+                event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """`ts`, `level`, `logger`, `event` lead each JSON line; the key-values follow."""
+    out = {k: event_dict.pop(k) for k in _HEAD if k in event_dict}
+    out.update(event_dict)
+    return out
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), *,
                       stream: TextIO | None = None) -> None:
-    """Configure edge_agent.log and stdlib logging for the whole process (idempotent)."""
+    """Configure structlog and stdlib logging for the whole process (idempotent)."""
+    from edge_agent.log import import_structlog
+
+    structlog = import_structlog()
+    ProcessorFormatter = structlog.stdlib.ProcessorFormatter
+
     global _handler
     out = stream if stream is not None else sys.stdout
     if fmt not in ("auto", "json", "console"):
         raise ValueError(f"log format must be auto, json or console, not {fmt!r}")
     level_no = LEVELS[level.lower()]
     use_json = fmt == "json" or (fmt == "auto" and not _isatty(out))
-    redactor = SecretRedactor(secrets)
-
-    def redact(ev: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-        return redactor(None, "", ev)  # after the traceback is formatted: it is scrubbed too
-
-    renderer: Callable[[MutableMapping[str, Any]], str]
+    renderer: Any
     if use_json:
-        renderer = log.render_json
+        renderer = structlog.processors.JSONRenderer(default=str)
     else:
-        colors = _isatty(out) and os.environ.get("NO_COLOR") is None  # https://no-color.org
-
-        def renderer(ev: MutableMapping[str, Any]) -> str:
-            return log.render_console(ev, colors)
-
-    log.configure(level=level_no, renderer=renderer, processors=(redact,), stream=out)
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=_isatty(out) and os.environ.get("NO_COLOR") is None,  # https://no-color.org
+            timestamp_key="ts", sort_keys=False,
+            exception_formatter=structlog.dev.plain_traceback)
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars, structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts")]
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, *shared,
+                    ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False)
+    formatter = ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info,  # before the redactor: scrubbed too
+                    SecretRedactor(secrets), _head_first, renderer])
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)
-    _handler = _StdlibHandler()
+    _handler = logging.StreamHandler(out)
+    _handler.setFormatter(formatter)
     root.addHandler(_handler)
     root.setLevel(level_no)
     # transitions logs every state change at INFO; the executor emits its own events.
     logging.getLogger("transitions").setLevel(max(level_no, logging.WARNING))
     logging.captureWarnings(True)
-
-
-class _StdlibHandler(logging.Handler):
-    """Records from stdlib `logging` (transitions, paho, warnings) in the same format."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            msg = record.getMessage()
-        except Exception:  # a bad %-format in someone else's library
-            msg = f"{record.msg!r} % {record.args!r}"
-        kw: dict[str, Any] = {}
-        if record.exc_info:
-            kw["exc_info"] = record.exc_info
-        log.emit(record.name, record.levelno, msg, kw, ts=record.created)

@@ -203,8 +203,8 @@ def test_real_enospc_is_disk_full(tmp_path: Path) -> None:
 
 _WRITER_CHILD = textwrap.dedent("""
     import sys
-    from edge_agent import log
-    log.configure(stream=sys.stderr)  # stdout carries the acks
+    from edge_agent.logsetup import configure_logging
+    configure_logging("info", "json", stream=sys.stderr)  # stdout carries the acks
     from edge_agent.store.decisions import DecisionJournal, read_decisions
     d = sys.argv[1]
     start = sum(1 for _ in read_decisions(d))

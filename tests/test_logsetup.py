@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+import structlog
 
-from edge_agent import log as edge_log
 from edge_agent.config import Secret
 from edge_agent.log import capture_logs, get_logger
 from edge_agent.logsetup import REDACTED, SecretRedactor
@@ -140,7 +140,7 @@ def test_reconfiguration_reaches_loggers_already_used() -> None:
         with capture_logs() as logs:
             log.info("hello", k=1)
     finally:  # leave the pytest process as it was
-        edge_log.reset()
+        structlog.reset_defaults()
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
         logging.captureWarnings(False)
@@ -148,3 +148,36 @@ def test_reconfiguration_reaches_loggers_already_used() -> None:
     after = json.loads(second.getvalue().splitlines()[0])
     assert (after["event"], after["detail"]) == ("after", REDACTED)
     assert logs == [{"event": "hello", "k": 1, "log_level": "info"}]
+
+
+def test_bind_task_tags_the_threads_records_until_unbound() -> None:
+    import io
+    import logging
+    import threading
+
+    from edge_agent.log import bind_task
+    from edge_agent.logsetup import configure_logging
+
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    out = io.StringIO()
+    log = get_logger("edge_agent.executor")
+    try:
+        configure_logging("info", "json", stream=out)
+        bind_task("t-7")
+        log.info("in_task")
+        other = threading.Thread(target=lambda: log.info("other_thread"))
+        other.start()
+        other.join()
+        bind_task(None)
+        log.info("after_task")
+    finally:
+        bind_task(None)
+        structlog.reset_defaults()
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.captureWarnings(False)
+    recs = {r["event"]: r for r in map(json.loads, out.getvalue().splitlines())}
+    assert recs["in_task"]["task_id"] == "t-7"
+    assert "task_id" not in recs["other_thread"]  # a thread has its own context
+    assert "task_id" not in recs["after_task"]

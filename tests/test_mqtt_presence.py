@@ -26,9 +26,9 @@ from edge_agent.comms.mqtt_settings import MqttSettings
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
     import json, logging, os, signal, sys, threading
-    from edge_agent import log
-    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)  # paho's own debug lines
-    log.configure(level=log.DEBUG, renderer=log.render_json, stream=sys.stdout)
+    from edge_agent.logsetup import configure_logging
+    configure_logging("debug", "json", stream=sys.stdout)
+    logging.getLogger().addHandler(logging.StreamHandler(sys.stderr))  # paho's own debug lines
     from edge_agent.commands import CommandAPI, Mode
     from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.comms.mqtt_settings import MqttSettings

@@ -65,11 +65,12 @@ def checks(cfg: Config, *, sim: bool, timeout: float,
 
 def run(a: argparse.Namespace) -> int:
     """Entry point for `doctor`."""
-    from edge_agent import log
     from edge_agent.config import load_config
     from edge_agent.errors import ConfigError
+    from edge_agent.logsetup import configure_logging
 
-    log.configure(level=log.WARNING)  # the parts' info lines (model_installed...) are noise here
+    # The parts' info lines (model_installed...) are noise here; stdout carries the findings.
+    configure_logging("warning", "console", stream=sys.stderr)
     findings: list[Finding] = []
     try:
         cfg = load_config(a.config, a.set, sim=a.sim)

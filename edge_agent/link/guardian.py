@@ -18,7 +18,7 @@ It asks for SCHED_FIFO (`--priority`, default 30) and says in its log and in G_S
 (REALTIME) whether it got it. Logs go to stderr in the daemon's format (--log-format: JSON
 lines, or its console lines on a terminal). At exit it logs its counters and
 `stop_reaction` (select() returning → STOP written: its own share of the e-stop reaction).
-Only stdlib, pyserial, the codec, the rules, the robot description and edge_agent.log (stdlib
+Only stdlib, pyserial, the codec, the rules, the robot description and edge_agent.logline (stdlib
 only) are imported.
 """
 
@@ -36,7 +36,7 @@ from collections import deque
 from types import FrameType as PyFrame
 from typing import Any
 
-from edge_agent import log
+from edge_agent import logline
 from edge_agent.link.codec import (
     Frame,
     FrameDecoder,
@@ -61,14 +61,14 @@ _LOG_JSON = [True]  # set in main() from --log-format
 
 def _log(event: str, **kw: Any) -> None:
     """One line on stderr in the daemon's format: JSON lines (journald) or its console lines."""
-    rec: dict[str, Any] = {"ts": log.iso_utc(time.time()), "level": kw.pop("level", "info"),
+    rec: dict[str, Any] = {"ts": logline.iso_utc(time.time()), "level": kw.pop("level", "info"),
                            "logger": "edge_agent.link.guardian", "event": event,
                            "pid": os.getpid(), **kw}
     if _LOG_JSON[0]:
-        line = log.render_json(rec)  # `logger` says whose line it is
+        line = logline.render_json(rec)  # `logger` says whose line it is
     else:  # the console format drops `logger`: the event name says it
         rec["event"] = f"guardian.{event}"
-        line = log.render_console(rec, _LOG_COLOR[0])
+        line = logline.render_console(rec, _LOG_COLOR[0])
     sys.stderr.write(line + "\n")
     sys.stderr.flush()
 
