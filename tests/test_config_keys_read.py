@@ -4,7 +4,8 @@ An AST scan of edge_agent/ outside the config package. A key `section.field` is 
 module reads `x.section.field`, or `t.field` after `t = x.section`, or `p.field` in a module
 that names the section's class (`MqttSection`: a function handed that section). A sub-table's
 keys (`mqtt.tls.ca_file`) need `x.tls.ca_file` or `MqttTlsSection` likewise.
-`getattr(x.table, name)` counts for each of the table's field names the module spells as a string.
+`getattr(x.table, name)` counts for each of the table's field names the module spells as a string,
+or for all of them where the module walks the table's fields (`x.table.__dataclass_fields__`).
 """
 
 from __future__ import annotations
@@ -26,9 +27,6 @@ LOADER_INPUTS = {
     "reports.webhook_url_file": "reports.webhook_url",  # likewise the webhook URL
     "robot.description": "robot",  # loaded into cfg.robot (and cfg.robot_file)
 }
-# Keys nothing reads yet. ONLY [health]: its monitor is being built (issue #17, helper H4) and
-# will read these; when it lands this list must become empty (the test below says so).
-PENDING = {"health.period_s", "health.fail_after", "health.recover_after"}
 
 
 class _Module:
@@ -41,6 +39,7 @@ class _Module:
         self.off_names: set[str] = set()  # `param.field`: counts where the table's class is named
         self.strings: set[str] = set()
         self.getattr_on: set[str] = set()  # `getattr(x.table, ...)`: the table's attribute name
+        self.all_fields: set[str] = set()  # `x.table.__dataclass_fields__` / `fields(x.table)`
         bound: dict[str, set[str]] = {}  # local name -> the table attributes assigned to it
         for n in ast.walk(tree):
             if (isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute)
@@ -55,16 +54,22 @@ class _Module:
                     self.chains.update((t, n.attr) for t in bound.get(n.value.id, ()))
             elif isinstance(n, ast.Constant) and isinstance(n.value, str):
                 self.strings.add(n.value)
-            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                    and n.func.id == "getattr" and n.args
+            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.args
                     and isinstance(n.args[0], ast.Attribute)):
-                self.getattr_on.add(n.args[0].attr)
+                if n.func.id == "getattr":
+                    self.getattr_on.add(n.args[0].attr)
+                elif n.func.id == "fields":
+                    self.all_fields.add(n.args[0].attr)
+            if (isinstance(n, ast.Attribute) and n.attr == "__dataclass_fields__"
+                    and isinstance(n.value, ast.Attribute)):
+                self.all_fields.add(n.value.attr)
 
     def reads(self, table_attr: str, cls: type, name: str) -> bool:
         return ((table_attr, name) in self.chains
                 or (name in self.off_names and re.search(rf"\b{cls.__name__}\b", self.source)
                     is not None)
-                or (table_attr in self.getattr_on and name in self.strings))
+                or (table_attr in self.getattr_on
+                    and (name in self.strings or table_attr in self.all_fields)))
 
 
 def _modules() -> list[_Module]:
@@ -108,15 +113,9 @@ def _unread() -> list[str]:
 
 
 def test_every_config_key_is_read_by_the_code_it_configures() -> None:
-    unread = [k for k in _unread() if k not in PENDING]
+    unread = _unread()
     assert unread == [], (f"config keys nothing in edge_agent reads: {unread} — wire each to the "
                           "code it configures, or delete it from the schema, sim.toml and docs")
-
-
-def test_the_pending_list_holds_only_keys_still_unread() -> None:
-    still = set(_unread())
-    assert still >= PENDING, (f"{sorted(PENDING - still)} are read now: take them off PENDING")
-    assert all(k.startswith("health.") for k in PENDING)
 
 
 def test_the_scan_sees_a_key_that_nothing_reads() -> None:
@@ -129,3 +128,6 @@ def test_the_scan_sees_a_key_that_nothing_reads() -> None:
     # a `.link` and a `.fault_after` in one module are not enough: not the same object
     assert not _Module("self.link = 1\nargs.fault_after\n").reads("link", link, "fault_after")
     assert _Module("ln = cfg.link\nln.fault_after\n").reads("link", link, "fault_after")
+    walk = "{k: getattr(h.link, k) for k in h.link.__dataclass_fields__}\n"
+    assert _Module(walk).reads("link", link, "fault_after")
+    assert not _Module("getattr(h.link, k)\n").reads("link", link, "fault_after")
