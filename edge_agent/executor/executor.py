@@ -27,11 +27,12 @@ from edge_agent.executor.machine import Trigger, is_motion
 from edge_agent.executor.manual import JogController, JogFrame
 from edge_agent.executor.monitor import CollisionMonitor
 from edge_agent.executor.paths import task_points
-from edge_agent.executor.policy import ExpertPolicy, Policy
+from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.executor.records import CommandResult, Outcome, TaskRun, vec3
 from edge_agent.executor.run import Event, TaskRunner
 from edge_agent.executor.tasks import TASKS, ExecutorConfig, GripperAction, State
 from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.policy_seam import Policy
 from edge_agent.robot import RobotDescription
 from edge_agent.sensors.readings import Snapshot, Source
 from edge_agent.vocab import ErrorCode, EventType, StopCause, StopKind

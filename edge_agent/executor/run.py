@@ -34,7 +34,6 @@ from edge_agent.executor.kinematics import ArmKinematics, IKFailure
 from edge_agent.executor.machine import TaskMachine, Trigger
 from edge_agent.executor.monitor import ObjectEstimate, SensorRing
 from edge_agent.executor.paths import path_waypoints, task_points
-from edge_agent.executor.policy import OBS_DIM, POLICY_STATES, Action, Observation, Policy
 from edge_agent.executor.records import Attempt, Counters, Outcome, TaskRun
 from edge_agent.executor.regrasp import part_at_rest, regrasp_blocker
 from edge_agent.executor.tasks import (
@@ -48,6 +47,7 @@ from edge_agent.executor.tasks import (
     SubGoal,
 )
 from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.policy_seam import OBS_DIM, POLICY_STATES, Action, Observation, Policy
 from edge_agent.robot import RobotDescription
 from edge_agent.vocab import EventType
 

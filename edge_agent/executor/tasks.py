@@ -13,22 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-
-class State(StrEnum):
-    """Every state of the executor's machine."""
-
-    IDLE = "idle"
-    APPROACH = "approach"
-    GRASP = "grasp"
-    LIFT = "lift"
-    TRANSFER = "transfer"
-    RELEASE = "release"
-    RETREAT = "retreat"
-    HOLDING = "holding"
-    DIAGNOSTIC = "diagnostic"
-    MANUAL = "manual"
-    PROTECTIVE_STOP = "protective_stop"
-    ESTOP = "estop"
+from edge_agent.vocab import State as State  # the machine's states are vocabulary (vocab.py)
 
 
 class ControllerKind(StrEnum):
