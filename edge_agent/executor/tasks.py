@@ -168,7 +168,7 @@ PICK_PLACE = TaskSpec("pick_place", (
 # PART_LOST has no alternative on purpose: a part that fell is not picked up again blindly. The
 # rules never re-grasp; after a lost part the executor holds for `regrasp_window_s`, and only a
 # policy's `retry_alternative` that the re-grasp guard accepts (the camera sees the part at rest,
-# reachable, budgets left: run.TaskRunner.regrasp_allowed) goes back to `regrasp_to`.
+# reachable, budgets left: driver.TaskDriver.regrasp_allowed) goes back to `regrasp_to`.
 
 TASKS: Mapping[str, TaskSpec] = MappingProxyType({PICK_PLACE.name: PICK_PLACE})
 MOTION_STATES = frozenset(s.state for s in PICK_PLACE.states)
