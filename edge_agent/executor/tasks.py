@@ -1,8 +1,9 @@
 """The pick-and-place task as data: states, sub-goals, L1 timeouts, controllers, L2 alternatives.
 
-Nothing here runs: `machine.py` builds the `transitions` machine from these tables, `executor.py`
-walks them, `faults.py` applies the attempt budget. Changing the task (a new state, another
-alternative, a different timeout) is a change to these tables and `ExecutorConfig`, not to code.
+Nothing here runs: `machine.py` builds the `transitions` machine from these tables, `driver.py`
+walks them, `faults.py` applies the attempt budget. The states themselves are vocabulary
+(`vocab.State`, re-exported here). Changing the task (a new state, another alternative, a
+different timeout) is a change to these tables and `ExecutorConfig`, not to code.
 """
 
 from __future__ import annotations
