@@ -60,13 +60,12 @@ class TaskDriver:
     def __init__(self, robot: RobotDescription, kin: ArmKinematics, config: ExecutorConfig,
                  policy: Policy, inputs: TickInputs, events: EventLog, counters: Counters,
                  decision_sink: Callable[[Event], None] | None) -> None:
-        self.robot = robot
-        self.kin = kin
-        self.cfg = config
+        self._robot = robot
+        self._cfg = config
         self.faults = FaultPolicy(config.max_attempts, config.l3_threshold)
         self.decisions = PolicyClient(policy, 1.0 / config.decision_hz, counters, decision_sink)
         self.machine = TaskMachine(self)
-        self.control = StateControl(robot, kin, config)
+        self._control = StateControl(robot, kin, config)
         self._in = inputs
         self._events = events
         self._counters = counters
@@ -92,7 +91,7 @@ class TaskDriver:
         m, spec, att = self._in.measured, self._spec, self._attempt
         if m is None or spec is None or att is None:
             return False
-        return self.control.subgoal_met(spec, att, m, self._in.now)
+        return self._control.subgoal_met(spec, att, m, self._in.now)
 
     def has_saved_task(self) -> bool:
         """The task is frozen by a stop and may be resumed."""
@@ -104,7 +103,7 @@ class TaskDriver:
             return False
         spec = task.spec.spec(task.state)
         if spec.gripper is GripperAction.GRIP and spec.state is not State.GRASP:
-            return m.gripper_force >= self.cfg.part_lost_force_n
+            return m.gripper_force >= self._cfg.part_lost_force_n
         return True
 
     def was_diagnostic(self) -> bool:
@@ -152,12 +151,12 @@ class TaskDriver:
         self._begin_attempt(now, m, None)
         if task.spec.spec(state).gripper is GripperAction.GRIP and state is not State.GRASP:
             # Carrying: continue from the force the gripper holds (it kept it during the stop).
-            task.grip_limit_a = self.control.hold_grip(m, grip_limit)
+            task.grip_limit_a = self._control.hold_grip(m, grip_limit)
         return True
 
     def freeze(self, before: State, stop: StopKind | None, cause: StopCause | None) -> None:
         """The latch changed: drop every setpoint; a task running in `before` is saved."""
-        self.control.drop()
+        self._control.drop()
         if is_motion(before) and self._task is not None:
             self._saved = True
             self._attempt = None
@@ -179,7 +178,7 @@ class TaskDriver:
         self._saved = False
         self._spec = None
         self._attempt = None
-        self.control.drop()
+        self._control.drop()
         return self.hold()
 
     def leave_diagnostic(self) -> None:
@@ -190,7 +189,7 @@ class TaskDriver:
 
     def hold(self) -> Command:
         """Joints hold the measured position; the gripper keeps its opening and force."""
-        return self.control.hold(self._in.measured)
+        return self._control.hold(self._in.measured)
 
     # -- persistence ---------------------------------------------------------------------
     def restore(self, data: Mapping[str, Any], now: float, *, clean: bool) -> None:
@@ -219,17 +218,17 @@ class TaskDriver:
         st = self.machine.state
         spec = task.spec.spec(st)
         self._spec = spec
-        att = Attempt(st, self.faults.attempt, now, self.cfg.timeout(st, spec.timeout_s), alt)
+        att = Attempt(st, self.faults.attempt, now, self._cfg.timeout(st, spec.timeout_s), alt)
         self._attempt = att
         task.state = st
         task.attempts = max(task.attempts, self.faults.total_attempts)
         self._prev_obs = (now, m.gripper_pos, m.gripper_force)
-        failure = self.control.start(spec, m, task, alt)
+        failure = self._control.start(spec, m, task, alt)
         if failure is not None:
             return self._fail(now, m, FailureKind.NOT_CONVERGED, failure.message)
         self._events.emit(EventType.ATTEMPT_STARTED, task_id=task.task_id, state=st.value,
                           attempt=att.number, alternative=alt.name if alt else None)
-        return self.control.compose(spec, m, 0.0)
+        return self._control.compose(spec, m, 0.0)
 
     def tick(self, now: float, m: Measured, dt: float) -> Command:
         """One tick of a motion state: the command to send."""
@@ -237,15 +236,15 @@ class TaskDriver:
         assert spec is not None and att is not None
         if att.part_lost_at is not None:
             return self._part_lost_tick(now, m, att)
-        cmd = self.control.compose(spec, m, dt)
-        if att.track_grip(spec, m.gripper_force, now, self.cfg) >= PART_LOST_AFTER_S:
+        cmd = self._control.compose(spec, m, dt)
+        if att.track_grip(spec, m.gripper_force, now, self._cfg) >= PART_LOST_AFTER_S:
             return self._fail(now, m, FailureKind.PART_LOST,
                               f"grip force {m.gripper_force:.2f} N while carrying")
         out = self._policy_step(now, m)
         if out is not None:
             return out
         if now - att.started >= att.timeout_s:
-            return self._fail(now, m, classify(spec, m.gripper_force, self.cfg),
+            return self._fail(now, m, classify(spec, m.gripper_force, self._cfg),
                               f"sub-goal {spec.sub_goal.value} not met in {att.timeout_s:.2f} s")
         return cmd
 
@@ -256,11 +255,11 @@ class TaskDriver:
             return out
         lost_at = att.part_lost_at
         assert lost_at is not None
-        if now - lost_at >= self.cfg.regrasp_window_s:
+        if now - lost_at >= self._cfg.regrasp_window_s:
             _, why = self.regrasp_verdict()
             return self.end(now, Outcome.FAILED,
                             f"{att.state.value} failed (part_lost): no re-grasp within "
-                            f"{self.cfg.regrasp_window_s:g} s" + (f" ({why})" if why else ""),
+                            f"{self._cfg.regrasp_window_s:g} s" + (f" ({why})" if why else ""),
                             Trigger.HOLD)
         return self.hold()
 
@@ -278,12 +277,12 @@ class TaskDriver:
         return self._begin_attempt(now, m, None)
 
     # -- decisions -----------------------------------------------------------------------
-    def observe(self, now: float, m: Measured) -> Observation:
+    def _observe(self, now: float, m: Measured) -> Observation:
         """The policy's input vector now (layout and units: policy_seam.OBS_FIELDS)."""
         spec, att = self._spec, self._attempt
         assert spec is not None and att is not None
-        obs = observe(now, m, spec.state, att, self._prev_obs, self.control, self.cfg,
-                      self.robot.gripper.current_max_a, self.faults,
+        obs = observe(now, m, spec.state, att, self._prev_obs, self._control, self._cfg,
+                      self._robot.gripper.current_max_a, self.faults,
                       subgoal_met=self.subgoal_met(), predicted=self._in.predicted,
                       regrasp_ok=att.part_lost_at is not None and self.regrasp_allowed())
         self._prev_obs = (now, m.gripper_pos, m.gripper_force)
@@ -297,7 +296,7 @@ class TaskDriver:
             out = self._apply(now, m, d.obs, d.action)
             if out is not None:
                 return out
-        d = self.decisions.ask_if_due(now, self._attempt, lambda: self.observe(now, m))
+        d = self.decisions.ask_if_due(now, self._attempt, lambda: self._observe(now, m))
         return self._apply(now, m, d.obs, d.action) if d is not None else None
 
     def _apply(self, now: float, m: Measured, obs: Observation, action: object
@@ -336,7 +335,7 @@ class TaskDriver:
         if action is Action.RETRY_ALTERNATIVE:
             assert self._spec is not None
             self._counters.policy_retries += 1
-            return self._fail(now, m, classify(self._spec, m.gripper_force, self.cfg),
+            return self._fail(now, m, classify(self._spec, m.gripper_force, self._cfg),
                               "policy asked for retry_alternative")
         return None
 
@@ -364,14 +363,14 @@ class TaskDriver:
                           verdict=d.verdict.value,
                           alternative=d.alternative.name if d.alternative else None,
                           l3_count=d.l3_count)
-        step = after_failure(d, kind, spec, self.cfg)
+        step = after_failure(d, kind, spec, self._cfg)
         if step is NextStep.DIAGNOSTIC:
             return self._enter_diagnostic(now)
         if step is NextStep.REGRASP_WINDOW:
             att.part_lost_at = now  # hold still; the policy may propose a re-grasp
-            self.control.drop()
+            self._control.drop()
             self._events.emit(EventType.PART_LOST_HOLD, task_id=task.task_id,
-                              state=att.state.value, window_s=self.cfg.regrasp_window_s)
+                              state=att.state.value, window_s=self._cfg.regrasp_window_s)
             return self.hold()
         if step is NextStep.TASK_FAILED:
             return self.end(now, Outcome.FAILED, task_failed_message(att.state, kind, att.number),
