@@ -60,6 +60,23 @@ class Mode(StrEnum):
     ESTOP = "estop"
 
 
+class State(StrEnum):
+    """Every state of the executor's machine (`state.state`; a policy observation's one-hot)."""
+
+    IDLE = "idle"
+    APPROACH = "approach"
+    GRASP = "grasp"
+    LIFT = "lift"
+    TRANSFER = "transfer"
+    RELEASE = "release"
+    RETREAT = "retreat"
+    HOLDING = "holding"
+    DIAGNOSTIC = "diagnostic"
+    MANUAL = "manual"
+    PROTECTIVE_STOP = "protective_stop"
+    ESTOP = "estop"
+
+
 class StopKind(StrEnum):
     ESTOP = "estop"
     PROTECTIVE = "protective_stop"

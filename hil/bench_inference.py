@@ -91,7 +91,7 @@ _LOAD_SNIPPET = """
 import json, sys, time
 from pathlib import Path
 t0 = time.perf_counter()
-from edge_agent.executor.policy import Observation, OBS_DIM
+from edge_agent.policy_seam import Observation, OBS_DIM
 from edge_agent.executor.tasks import State
 from edge_agent.inference.assembly import InferenceSettings, InferenceStack
 stack = InferenceStack(InferenceSettings(model=Path(sys.argv[1]), cache_dir=Path(sys.argv[2])))

@@ -36,9 +36,10 @@ from typing import Any
 from edge_agent.executor.collector import DeferredCollection
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import StopLatch
-from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy, Policy
+from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy
 from edge_agent.executor.tasks import ExecutorConfig
 from edge_agent.link.codec import Enable, Frame, Hello, Message, Status
+from edge_agent.policy_seam import Policy
 from edge_agent.robot import RobotDescription, load_robot
 from edge_agent.sensors.hub import SensorHub
 from hil.lockstep import Lockstep

@@ -1,7 +1,7 @@
 """Writes a small deterministic MLP policy (ONNX) and its model card, for tests and benchmarks.
 
 The model has the executor's interface: input `obs` float32 [batch, OBS_DIM] (the observation
-vector, fields and units in edge_agent.executor.policy.OBS_FIELDS), output `scores` float32
+vector, fields and units in edge_agent.policy_seam.OBS_FIELDS), output `scores` float32
 [batch, 4] (one score per Action, in enum order). Its weights come from numpy's seeded
 generator, so the same seed gives byte-identical files (and the same sha256). It is NOT a
 trained policy: the trained one comes from the executor's expert demonstrations (`train` extra).
@@ -25,7 +25,7 @@ import numpy as np
 if __name__ == "__main__":  # run as a script from a checkout: make edge_agent importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action
+from edge_agent.policy_seam import OBS_DIM, OBS_FIELDS, Action
 
 OPSET = 17
 

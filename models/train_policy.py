@@ -50,17 +50,16 @@ from numpy.typing import NDArray  # noqa: E402
 if __name__ == "__main__":  # run as a script from a checkout: make edge_agent/hil importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_agent.executor.policy import (  # noqa: E402
+from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy  # noqa: E402
+from edge_agent.executor.tasks import ExecutorConfig  # noqa: E402
+from edge_agent.policy_seam import (  # noqa: E402
     OBS_DIM,
     OBS_FIELDS,
     Action,
-    AlwaysAdvancePolicy,
-    ExpertPolicy,
     Observation,
     Policy,
     action_from_scores,
 )
-from edge_agent.executor.tasks import ExecutorConfig  # noqa: E402
 from edge_agent.robot import RobotDescription, load_robot  # noqa: E402
 
 OPSET = 17

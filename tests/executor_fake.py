@@ -18,9 +18,9 @@ from typing import Any
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.kinematics import ArmKinematics
 from edge_agent.executor.latch import StopLatch
-from edge_agent.executor.policy import Policy
 from edge_agent.executor.tasks import ExecutorConfig
 from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.policy_seam import Policy
 from edge_agent.robot import RobotDescription, load_robot
 from edge_agent.sensors.readings import Reading, Snapshot, Source
 

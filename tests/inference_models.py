@@ -18,9 +18,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from edge_agent.executor.policy import OBS_DIM, POLICY_STATES, Observation
 from edge_agent.inference.backend import EventBus, Row, Ticket
 from edge_agent.inference.onnx_backend import OnnxBackend
+from edge_agent.policy_seam import OBS_DIM, POLICY_STATES, Observation
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,8 @@ round trip would at 200 Hz — and the pick-and-place task still succeeds on the
 
 from __future__ import annotations
 
-from edge_agent.executor.policy import Action, ExpertPolicy, Observation
+from edge_agent.executor.policy import ExpertPolicy
+from edge_agent.policy_seam import Action, Observation
 from edge_agent.robot import load_robot
 from hil.episodes import DEFAULT_ROBOT, run_episode
 

@@ -10,18 +10,17 @@ import pytest
 from executor_fake import Bench
 
 from edge_agent.executor.machine import TaskMachine, Trigger
-from edge_agent.executor.policy import (
+from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy
+from edge_agent.executor.tasks import PICK_PLACE, ExecutorConfig, State
+from edge_agent.link.codec import GripperMode, Mode
+from edge_agent.policy_seam import (
     OBS_DIM,
     OBS_FIELDS,
     Action,
-    AlwaysAdvancePolicy,
-    ExpertPolicy,
     Observation,
     Policy,
     action_from_scores,
 )
-from edge_agent.executor.tasks import PICK_PLACE, ExecutorConfig, State
-from edge_agent.link.codec import GripperMode, Mode
 
 ORDER = ["approach", "grasp", "lift", "transfer", "release", "retreat"]
 
@@ -124,14 +123,22 @@ def test_action_from_scores_maps_argmax_and_nan_to_no_decision() -> None:
 
 
 def test_observation_vector_has_the_documented_layout() -> None:
-    b = Bench()
+    seen: list[Observation] = []
+
+    class Recorder:
+        def decide(self, obs: Observation) -> Action | None:
+            seen.append(obs)
+            return Action.CONTINUE
+
+    b = Bench(policy=Recorder())
     b.start()
     b.step(3)
-    assert b.ex._last is not None
-    obs = b.ex.observe(b.now, b.ex._last)
+    assert seen, "the policy was asked at the start of the task"
+    obs = seen[-1]
     assert len(obs.vector) == OBS_DIM == len(OBS_FIELDS)
     assert obs.get("state_approach") == 1.0 and obs.get("state_grasp") == 0.0
     assert obs.get("tool_err_m") > 0.01
+    assert obs.get("attempt_index") == 0.0 and obs.get("part_lost_hold") == 0.0
     assert all(f.unit for f in OBS_FIELDS)
 
 

@@ -12,15 +12,9 @@ import pytest
 
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import StopLatch
-from edge_agent.executor.policy import (
-    OBS_INDEX,
-    Action,
-    AlwaysAdvancePolicy,
-    ExpertPolicy,
-    Observation,
-    Policy,
-)
+from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy
 from edge_agent.executor.tasks import ExecutorConfig
+from edge_agent.policy_seam import OBS_INDEX, Action, Observation, Policy
 from edge_agent.robot import load_robot
 from hil.episodes import DEFAULT_ROBOT, ExecutorHost, run_episode, transient_slip
 from hil.lockstep import Lockstep

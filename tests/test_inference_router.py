@@ -16,11 +16,11 @@ from inference_models import (
 )
 
 from edge_agent.clock import ManualClock
-from edge_agent.executor.policy import OBS_DIM, Action, Observation, action_from_scores
 from edge_agent.executor.tasks import State
 from edge_agent.inference.backend import DecisionRecord, EventBus, EventKind, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.router import PolicyRouter
+from edge_agent.policy_seam import OBS_DIM, Action, Observation, action_from_scores
 
 CPU = ["CPUExecutionProvider"]
 

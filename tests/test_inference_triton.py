@@ -14,11 +14,11 @@ import pytest
 from inference_models import bare_scores, bare_session, make_policy, observations
 from triton_server import TritonServer, triton_unavailable
 
-from edge_agent.executor.policy import OBS_DIM, Action, action_from_scores
 from edge_agent.inference.backend import DecisionRecord, EventBus, EventKind, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.triton_backend import TritonBackend
+from edge_agent.policy_seam import OBS_DIM, Action, action_from_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 REASON = triton_unavailable()

@@ -1,4 +1,4 @@
-"""PID loop, joint position controller and gripper force controller, on simple simulated plants."""
+"""PID loop and joint position controller, on simple simulated plants."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from edge_agent.executor.kinematics import ArmKinematics, IKFailure
 from edge_agent.executor.pid import (
     PID,
-    GripperCommand,
-    GripperForceController,
     JointGains,
     JointPositionController,
 )
@@ -260,45 +258,3 @@ def test_joint_controller_checks_its_inputs() -> None:
         JointPositionController(ROBOT, speed_scale=0.0)
     with pytest.raises(ValueError):
         JointPositionController(ROBOT, [JointGains()] * 3)
-
-
-# --------------------------------------------------------------------------- gripper
-
-
-def test_gripper_trims_a_weak_firmware_to_the_target() -> None:
-    g = GripperForceController(ROBOT, target_force=20.0, band=0.5)
-    force, dt = 0.0, 0.005
-    for _ in range(800):
-        cmd = g.update(force, dt)
-        force = _first_order(force, 0.8 * cmd.force_n, tau=0.05, dt=dt)  # delivers 80 %
-    assert g.in_band(force) and abs(force - 20.0) < 0.05
-    assert cmd.force_n == pytest.approx(25.0, abs=0.1)
-
-
-def test_gripper_closing_in_free_air_does_not_wind_up() -> None:
-    g = GripperForceController(ROBOT, target_force=15.0, band=0.5)
-    for _ in range(2000):
-        cmd = g.update(0.0, 0.005)
-    assert cmd.force_n == 15.0  # the first contact gets the target, not the maximum
-
-
-def test_gripper_current_limit_stays_in_the_description_range() -> None:
-    g = GripperForceController(ROBOT, target_force=10.0, band=1.0)
-    assert g.current_limit_a == ROBOT.gripper.current_nominal_a
-    assert g.set_current_limit(5.0) == ROBOT.gripper.current_max_a
-    assert g.set_current_limit(0.0) == ROBOT.gripper.current_min_a
-    with pytest.raises(ValueError):
-        GripperForceController(ROBOT, target_force=41.0, band=1.0)
-
-
-@settings(deadline=None, max_examples=200)
-@given(target=st.floats(0.0, 40.0), band=st.floats(0.01, 5.0),
-       forces=st.lists(st.floats(-100.0, 100.0), min_size=1, max_size=60))
-def test_gripper_command_stays_within_limits(target: float, band: float,
-                                              forces: list[float]) -> None:
-    g = GripperForceController(ROBOT, target_force=target, band=band, kp=3.0, ki=50.0)
-    for f in forces:
-        cmd = g.update(f, 0.005)
-        assert isinstance(cmd, GripperCommand)
-        assert ROBOT.gripper.force_min_n <= cmd.force_n <= ROBOT.gripper.force_max_n
-        assert ROBOT.gripper.current_min_a <= cmd.current_limit_a <= ROBOT.gripper.current_max_a

@@ -9,14 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edge_agent.executor.policy import (
-    OBS_DIM,
-    OBS_FIELDS,
-    Action,
-    ExpertPolicy,
-    Observation,
-    action_from_scores,
-)
+from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.model_cache import ModelCache
 from edge_agent.inference.model_card import (
     ModelCard,
@@ -25,6 +18,7 @@ from edge_agent.inference.model_card import (
     sha256_file,
     signature_problems,
 )
+from edge_agent.policy_seam import OBS_DIM, OBS_FIELDS, Action, Observation, action_from_scores
 from edge_agent.robot import load_robot
 from hil.episodes import DEFAULT_ROBOT, run_episode, transient_slip
 

@@ -1,4 +1,4 @@
-"""The L1/L2/L3 fault policy: attempt budgets, alternatives, the consecutive-failure count. Pure.
+"""Failure handling: L1/L2/L3 budgets, what a failed attempt leads to, the fault record. Pure.
 
 - L1 (the executor measures it): an attempt that misses its sub-goal by the state's timeout fails.
 - L2: a failed attempt is retried with the next configured alternative for its failure kind;
@@ -9,6 +9,10 @@
   *at a sub-goal that failed* (the fault went away) or a completed task. A success at some other
   sub-goal does not: with a permanent gripper fault every task's approach succeeds and every
   grasp fails, and that robot must still reach diagnostic at exactly the threshold.
+
+A failed attempt is `classify`-ed from what the sensors say, `FaultPolicy.attempt_failed` gives
+the verdict, and `after_failure` turns it into the driver's next step (retry, hold in the
+re-grasp window after a lost part, fail the task, or diagnostic with a `FaultRecord`).
 """
 
 from __future__ import annotations
@@ -17,9 +21,17 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
-from edge_agent.executor.tasks import Alternative, AltKind, FailureKind, State
+from edge_agent.executor.tasks import (
+    Alternative,
+    AltKind,
+    ExecutorConfig,
+    FailureKind,
+    GripperAction,
+    State,
+    StateSpec,
+)
 
 _RETRY = Alternative(AltKind.RETRY)
 
@@ -151,3 +163,72 @@ def gain_scale(alt: Alternative | None) -> float:
     if alt is not None and alt.kind is AltKind.SCALE_GAINS:
         return max(0.05, min(1.0, alt.value))
     return 1.0
+
+
+class NextStep(StrEnum):
+    """What the task driver does after a failed attempt."""
+
+    RETRY = "retry"  # a new attempt at the same sub-goal, with the decision's alternative
+    REGRASP_WINDOW = "regrasp_window"  # a lost part: hold and let the policy propose a re-grasp
+    TASK_FAILED = "task_failed"  # controlled hold, the task ends `failed`
+    DIAGNOSTIC = "diagnostic"  # the L3 threshold: the task ends, the machine waits for a reset
+
+
+def classify(spec: StateSpec, gripper_force: float, cfg: ExecutorConfig) -> FailureKind:
+    """Why the attempt at `spec` failed, judged from the grip force (an L1 timeout, a policy's
+    `retry_alternative`)."""
+    f = gripper_force
+    if spec.state is State.GRASP:
+        return FailureKind.GRIP_STRONG if f > cfg.grip_force_n + cfg.grip_force_band_n \
+            else FailureKind.GRIP_WEAK
+    if spec.gripper is GripperAction.GRIP and not f >= cfg.part_lost_force_n:
+        return FailureKind.PART_LOST
+    if spec.state is State.RELEASE:
+        return FailureKind.NOT_RELEASED
+    return FailureKind.NOT_CONVERGED
+
+
+def after_failure(d: FaultDecision, kind: FailureKind, spec: StateSpec,
+                  cfg: ExecutorConfig) -> NextStep:
+    """The driver's next step for the verdict `d` on a `kind` failure at `spec`."""
+    if d.verdict is Verdict.DIAGNOSTIC:
+        return NextStep.DIAGNOSTIC
+    if d.verdict is Verdict.TASK_FAILED:
+        if (kind is FailureKind.PART_LOST and spec.regrasp_to is not None
+                and cfg.regrasp_window_s > 0):
+            return NextStep.REGRASP_WINDOW
+        return NextStep.TASK_FAILED
+    return NextStep.RETRY
+
+
+def task_failed_message(state: State, kind: FailureKind, attempt: int) -> str:
+    why = "no retry helps" if kind is FailureKind.PART_LOST else f"{attempt} attempts spent"
+    return f"{state.value} failed ({kind.value}): {why}"
+
+
+class FaultRecord(TypedDict):
+    """The L3 diagnosis: kept in the snapshot, published (`diagnostic` event, without the raw
+    samples), and the repair report's input (with the raw sensor window)."""
+
+    time: float
+    state: str | None
+    task_id: str | None
+    attempts: int
+    l3_count: int
+    last_failures: list[dict[str, Any]]
+    sensor_window: dict[str, Any]
+
+
+def fault_record(now: float, state: State | None, task_id: str | None, attempts: int,
+                 faults: FaultPolicy, sensor_window: dict[str, Any]) -> FaultRecord:
+    return {"time": now, "state": state.value if state is not None else None,
+            "task_id": task_id, "attempts": attempts, "l3_count": faults.l3_count,
+            "last_failures": [f.as_dict() for f in faults.last_failures(faults.l3_threshold)],
+            "sensor_window": sensor_window}
+
+
+def published_record(record: FaultRecord) -> dict[str, Any]:
+    """The record as the `diagnostic` event carries it: the window's size, not its samples."""
+    window = record["sensor_window"]
+    return {**record, "sensor_window": {"samples": window["samples"],
+                                        "sample_hz": window["sample_hz"]}}

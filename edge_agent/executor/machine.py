@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from transitions import Machine, MachineError
 
 from edge_agent.executor.tasks import MOTION_STATES, PICK_PLACE, State, TaskSpec
+from edge_agent.vocab import Mode, StopKind
 
 
 class Trigger:
@@ -143,3 +144,17 @@ def build_transitions(guards: Guards, task: TaskSpec) -> list[dict[str, Any]]:
 
 def is_motion(state: State) -> bool:
     return state in MOTION_STATES
+
+
+def mode_of(stop: StopKind | None, state: State, task_saved: bool) -> Mode:
+    """The executor's externally visible mode (`state.mode`, the admission matrix's column):
+    the latch first, then the machine's state (`running` for every motion state)."""
+    if stop is StopKind.ESTOP:
+        return Mode.ESTOP
+    if stop is StopKind.PROTECTIVE:
+        return Mode.PROTECTIVE_STOP
+    if is_motion(state):
+        return Mode.RUNNING
+    if state in (State.ESTOP, State.PROTECTIVE_STOP):  # reset, not yet ticked
+        return Mode.HOLDING if task_saved else Mode.IDLE
+    return Mode(state.value)

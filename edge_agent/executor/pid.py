@@ -1,4 +1,4 @@
-"""PID control in the style of simple-pid, and the two controllers the motion states run with it.
+"""PID control in the style of simple-pid, and the joint position controller built on it.
 
 `PID` is the textbook loop with the safeguards a robot needs: the integral is kept in output
 units and clamped, and it stops growing while the output is saturated in the error's direction
@@ -7,7 +7,8 @@ optional first-order low-pass smooths the derivative; `reset()` forgets everythi
 `set_auto_mode()` switches back to automatic without a bump. Time is always passed in (`dt`).
 
 `JointPositionController` turns an IK target into a smooth stream of joint position setpoints for
-the firmware's position loop; `GripperForceController` trims the firmware's grip force.
+the firmware's position loop (the path states run it through `controllers.PathController`; the
+grip's force PID is `controllers.GripController`).
 """
 
 from __future__ import annotations
@@ -240,66 +241,3 @@ class JointPositionController:
     def _check(self, q: Sequence[float], what: str) -> None:
         if len(q) != len(self._joints) or not all(math.isfinite(v) for v in q):
             raise ValueError(f"{what} must be {len(self._joints)} finite angles, got {tuple(q)}")
-
-
-@dataclass(frozen=True, slots=True)
-class GripperCommand:
-    """What the gripper is told in FORCE mode: grip force (N) and the finger current cap (A)."""
-
-    force_n: float
-    current_limit_a: float
-
-
-class GripperForceController:
-    """Force PID on the gripper: the target as feed-forward plus a PID trim from the force sensor.
-
-    The trim runs only in contact, i.e. once the measured force reaches `contact_n` (default the
-    larger of band and a quarter of the target): while the fingers close through free air the
-    command is the target alone, so nothing winds up and the first contact does not get the
-    maximum force.
-    """
-
-    def __init__(self, robot: RobotDescription, target_force: float, band: float, *,
-                 kp: float = 0.2, ki: float = 2.0, current_limit_a: float | None = None,
-                 contact_n: float | None = None) -> None:
-        g = robot.gripper
-        if not g.force_min_n <= target_force <= g.force_max_n:
-            raise ValueError(f"target force {target_force} N is outside the gripper's range "
-                             f"{g.force_min_n}..{g.force_max_n} N")
-        if not band > 0:
-            raise ValueError(f"band must be > 0, got {band}")
-        self._gripper = g
-        self.target_force = target_force
-        self.band = band
-        self.contact_n = max(band, 0.25 * target_force) if contact_n is None else contact_n
-        self._pid = PID(kp, ki, output_limits=(g.force_min_n - target_force,
-                                               g.force_max_n - target_force))
-        self.current_limit_a = g.current_nominal_a
-        if current_limit_a is not None:
-            self.set_current_limit(current_limit_a)
-
-    def set_current_limit(self, amps: float) -> float:
-        """Cap the finger current, clamped to the description's range; returns the cap applied."""
-        if not math.isfinite(amps):
-            raise ValueError(f"current limit must be finite, got {amps}")
-        g = self._gripper
-        self.current_limit_a = _clamp(amps, g.current_min_a, g.current_max_a)
-        return self.current_limit_a
-
-    def reset(self) -> None:
-        self._pid.reset()
-
-    def in_band(self, measured_force: float) -> bool:
-        """True when the measured grip force is within ±band of the target."""
-        return abs(measured_force - self.target_force) <= self.band
-
-    def update(self, measured_force: float, dt: float) -> GripperCommand:
-        """The force command for this tick, always inside the gripper's force range."""
-        g = self._gripper
-        if measured_force < self.contact_n:
-            self._pid.reset()
-            trim = 0.0
-        else:
-            trim = self._pid.update(self.target_force, measured_force, dt)
-        force = _clamp(self.target_force + trim, g.force_min_n, g.force_max_n)
-        return GripperCommand(force, self.current_limit_a)

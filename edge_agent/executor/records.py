@@ -10,10 +10,19 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypedDict
 
-from edge_agent.executor.tasks import Alternative, State, TaskSpec
-from edge_agent.vocab import ErrorCode
+from edge_agent.executor.faults import FaultRecord
+from edge_agent.executor.tasks import (
+    Alternative,
+    ExecutorConfig,
+    GripperAction,
+    State,
+    StateSpec,
+    SubGoal,
+    TaskSpec,
+)
+from edge_agent.vocab import ErrorCode, Mode
 
 Vec3 = tuple[float, float, float]
 
@@ -50,7 +59,7 @@ class TaskResult:
 
 
 @dataclass
-class TaskRun:
+class TaskProgress:
     """The running task, or the one frozen by a stop (saved for `resume`)."""
 
     task_id: str
@@ -73,7 +82,7 @@ class TaskRun:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], tasks: Mapping[str, TaskSpec],
-                  now: float) -> TaskRun | None:
+                  now: float) -> TaskProgress | None:
         """Rebuild a saved task; None when anything is missing or out of place."""
         try:
             spec = tasks[str(data["task"])]
@@ -114,6 +123,25 @@ class Attempt:
     low_force_since: float | None = None  # carrying: grip force below part_lost since
     part_lost_at: float | None = None  # the part was declared lost: the re-grasp window runs
 
+    def track_grip(self, spec: StateSpec, force_n: float, now: float,
+                   cfg: ExecutorConfig) -> float:
+        """Follow the grip force at `now`: in the grasp, how long it has been inside the band
+        (`in_band_since`); while carrying, how long it has been too low to hold the part —
+        returned (0.0 when it is not low, or the state does not carry)."""
+        if spec.sub_goal is SubGoal.GRIP_IN_BAND:
+            if abs(force_n - cfg.grip_force_n) <= cfg.grip_force_band_n:
+                self.in_band_since = self.in_band_since if self.in_band_since is not None else now
+            else:
+                self.in_band_since = None
+        elif spec.gripper is GripperAction.GRIP:
+            if force_n >= cfg.part_lost_force_n:
+                self.low_force_since = None
+            elif self.low_force_since is None:
+                self.low_force_since = now
+            else:
+                return now - self.low_force_since
+        return 0.0
+
 
 @dataclass
 class Counters:
@@ -133,3 +161,24 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+
+class ExecutorStatus(TypedDict):
+    """`Executor.status()`: the executor's part of the daemon's `state` reply."""
+
+    mode: Mode
+    state: str
+    task: dict[str, Any] | None
+    saved: bool
+    l3_count: int
+    counters: dict[str, int]
+
+
+class ExecutorSnapshot(TypedDict):
+    """`Executor.to_snapshot()`: what must survive a restart (`restore` reads it back)."""
+
+    v: int
+    faults: dict[str, Any]
+    diagnostic: bool
+    fault_record: FaultRecord | None
+    saved_task: dict[str, Any] | None

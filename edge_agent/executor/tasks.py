@@ -1,8 +1,9 @@
 """The pick-and-place task as data: states, sub-goals, L1 timeouts, controllers, L2 alternatives.
 
-Nothing here runs: `machine.py` builds the `transitions` machine from these tables, `executor.py`
-walks them, `faults.py` applies the attempt budget. Changing the task (a new state, another
-alternative, a different timeout) is a change to these tables and `ExecutorConfig`, not to code.
+Nothing here runs: `machine.py` builds the `transitions` machine from these tables, `driver.py`
+walks them, `faults.py` applies the attempt budget. The states themselves are vocabulary
+(`vocab.State`, re-exported here). Changing the task (a new state, another alternative, a
+different timeout) is a change to these tables and `ExecutorConfig`, not to code.
 """
 
 from __future__ import annotations
@@ -13,22 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
-
-class State(StrEnum):
-    """Every state of the executor's machine."""
-
-    IDLE = "idle"
-    APPROACH = "approach"
-    GRASP = "grasp"
-    LIFT = "lift"
-    TRANSFER = "transfer"
-    RELEASE = "release"
-    RETREAT = "retreat"
-    HOLDING = "holding"
-    DIAGNOSTIC = "diagnostic"
-    MANUAL = "manual"
-    PROTECTIVE_STOP = "protective_stop"
-    ESTOP = "estop"
+from edge_agent.vocab import State as State  # the machine's states are vocabulary (vocab.py)
 
 
 class ControllerKind(StrEnum):
@@ -183,7 +169,7 @@ PICK_PLACE = TaskSpec("pick_place", (
 # PART_LOST has no alternative on purpose: a part that fell is not picked up again blindly. The
 # rules never re-grasp; after a lost part the executor holds for `regrasp_window_s`, and only a
 # policy's `retry_alternative` that the re-grasp guard accepts (the camera sees the part at rest,
-# reachable, budgets left: run.TaskRunner.regrasp_allowed) goes back to `regrasp_to`.
+# reachable, budgets left: driver.TaskDriver.regrasp_allowed) goes back to `regrasp_to`.
 
 TASKS: Mapping[str, TaskSpec] = MappingProxyType({PICK_PLACE.name: PICK_PLACE})
 MOTION_STATES = frozenset(s.state for s in PICK_PLACE.states)

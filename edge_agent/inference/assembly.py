@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edge_agent.executor.policy import OBS_DIM, OBS_FIELDS, Action, ExpertPolicy
+from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
 from edge_agent.inference.model_cache import CachedModel, ModelCache
 from edge_agent.inference.model_card import ModelError
@@ -31,6 +31,7 @@ from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.rule_backend import RuleBackend
 from edge_agent.inference.triton_backend import TritonBackend
 from edge_agent.log import get_logger
+from edge_agent.policy_seam import OBS_DIM, OBS_FIELDS, Action
 
 log = get_logger(__name__)
 

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.executor.policy import Action, Observation
 from edge_agent.inference.backend import (
     Backend,
     DecisionRecord,
@@ -33,6 +32,7 @@ from edge_agent.inference.backend import (
     Ticket,
 )
 from edge_agent.log import get_logger
+from edge_agent.policy_seam import Action, Observation
 
 log = get_logger(__name__)
 _N_ACTIONS = len(Action)
@@ -230,7 +230,7 @@ def _status(b: Backend) -> dict[str, Any]:
 
 
 if TYPE_CHECKING:  # mypy proves the router is the executor's Policy
-    from edge_agent.executor.policy import Policy
+    from edge_agent.policy_seam import Policy
 
     def _is_policy(router: PolicyRouter) -> Policy:
         return router

@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from edge_agent.executor.policy import POLICY_STATES, Action, ExpertPolicy, Observation, Policy
+from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.backend import Row, Ticket
+from edge_agent.policy_seam import POLICY_STATES, Action, Observation, Policy
 
 _N_STATES = len(POLICY_STATES)
 

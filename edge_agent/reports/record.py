@@ -59,7 +59,7 @@ class StopRecord:
 
 @dataclass(frozen=True, slots=True)
 class DiagnosisRecord:
-    """The executor's L3 fault record (executor/run.py `_enter_diagnostic`)."""
+    """The executor's L3 fault record (executor/faults.py `FaultRecord`)."""
 
     wall: float
     mono: float
