@@ -59,7 +59,7 @@ dec = FrameDecoder()
 frames = [f.msg for f in dec.feed(b"".join(encode(status(k), k % 65536) for k in range(N)))]
 obj = robot.sensor_channel_id("object_pose")
 for label, bank in (("no estimators", None), ("estimators attached", EstimatorBank.create(robot))):
-    hub = SensorHub(robot)
+    hub = SensorHub(robot, estimators=False)
     if bank is not None:
         hub.attach_estimators(bank)
     bench(f"SensorHub.update(Status) [{label}]", lambda i: hub.update(frames[i], i * 0.001))

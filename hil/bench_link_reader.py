@@ -67,7 +67,8 @@ class VirtualClock:
 
 def make_mirror(robot: RobotDescription, estimators: bool
                 ) -> tuple[LinkMirror, SensorHub, list[dict[str, Any]]]:
-    hub = SensorHub(robot, stale_periods=max(3.0, 3.0 * STATUS_PERIOD_US / 1000.0))
+    hub = SensorHub(robot, stale_periods=max(3.0, 3.0 * STATUS_PERIOD_US / 1000.0),
+                    estimators=False)
     if estimators:
         hub.attach_estimators(EstimatorBank.create(robot))
     events: list[dict[str, Any]] = []

@@ -150,11 +150,21 @@ def test_importing_the_hub_or_kalman_module_does_not_import_filterpy() -> None:
     assert not loaded & {"filterpy", "scipy"}, loaded
 
 
-def test_creating_the_bank_is_what_imports_filterpy() -> None:
+def test_a_hub_with_its_estimators_imports_neither_filterpy_nor_numpy() -> None:
+    """The hub builds its estimators at construction (the daemon's start-up path): the closed
+    form is plain Python; only reading filterpy's view (`x`, `P`) imports filterpy."""
+    robot = "load_robot('configs/robot/edge-arm-4.toml')"
+    loaded = _imports_after(
+        "from edge_agent.robot import load_robot\n"
+        "from edge_agent.sensors.hub import SensorHub\n"
+        f"hub = SensorHub({robot})\n"
+        "from edge_agent.sensors.kalman import EstimatorBank\n"
+        f"EstimatorBank.create({robot}).get('object_pose').update([0.1, 0.2, 0.3], 1.0)")
+    assert not loaded & {"filterpy", "scipy", "numpy"}, loaded
     loaded = _imports_after(
         "from edge_agent.robot import load_robot\n"
         "from edge_agent.sensors.kalman import EstimatorBank\n"
-        "EstimatorBank.create(load_robot('configs/robot/edge-arm-4.toml'))")
+        f"EstimatorBank.create({robot}).get('object_pose').x")
     assert "filterpy" in loaded
 
 

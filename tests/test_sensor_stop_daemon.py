@@ -114,8 +114,8 @@ def test_a_sensor_lost_past_its_bound_latches_a_protective_stop(tmp_path: Path,
 
 
 def test_a_lost_encoder_stops_from_ready_on(tmp_path: Path) -> None:
-    """Right after READY (before the background start-up attached the Kalman estimators, or
-    not: the bound is the same) a lost stop-channel is a protective stop, not a silent hold."""
+    """Right after READY (the Kalman estimators run from the first frame; a stop channel has
+    none anyway) a lost stop-channel is a protective stop, not a silent hold."""
     d = DaemonProc(tmp_path, None).start()
     try:
         d.wait_ready()

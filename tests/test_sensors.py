@@ -169,8 +169,9 @@ def test_channels_go_stale_after_three_periods_and_past_their_bound() -> None:
     # ... but no STATUS came since: the host is late, the firmware has lost nothing
     assert snap.lost == () and hub.snapshot(6.2).lost == ()
     assert snap.channel("object_pose").freshness is Freshness.OK  # 30 Hz: 100 ms
-    # No estimators attached: the encoders hold their last value, marked stale, until the bound.
-    assert snap.q_source is Source.STALE and snap.past_bound == ()
+    # The estimators run from the first frame: the encoders are predicted, until the bound.
+    assert snap.q_source is Source.PREDICTED and snap.past_bound == ()
+    assert SensorHub(ROBOT, estimators=False).snapshot(5.0031).q_source is Source.STALE
     assert snap.channel("joint_encoders").usable and not snap.channel("joint_currents").usable
     assert hub.snapshot(5.011).past_bound == ("joint_encoders",)
     assert not hub.snapshot(5.011).channel("joint_encoders").usable
@@ -286,6 +287,28 @@ def test_estimators_predict_a_lost_object_then_give_up() -> None:
     gone = hub.snapshot(t + 1.01)
     assert gone.object_pose is not None and gone.object_pose.source is Source.STALE
     assert "object_pose" in gone.past_bound
+
+
+def test_every_predicted_channel_is_predicted_from_the_first_frame() -> None:
+    """No estimator to wait for: one STATUS and one camera frame (real codec frames), then
+    silence, and every `on_loss = "predict"` channel is predicted inside its bound."""
+    hub = SensorHub(ROBOT)
+    status, sensor = _wire(_status(1), Sensor(1000, OBJECT, True, (0.3, 0.1, 0.02)))
+    hub.update(status, now=7.0)
+    hub.update(sensor, now=7.0)
+    predicted = [c.name for c in ROBOT.sensors if c.on_loss == "predict"]
+    snap = hub.snapshot(7.005)  # 5 ms: past every 1 kHz channel's 3 ms staleness
+    for name in ("joint_encoders", "wrist_force"):
+        ch = snap.channel(name)
+        assert ch.freshness is Freshness.STALE and ch.reading is not None, name
+        assert ch.reading.source is Source.PREDICTED and ch.usable, name
+    assert snap.q == pytest.approx((0.001, 1.2, -1.9, -0.87), abs=1e-6)
+    assert snap.gripper_force == pytest.approx(3.0)
+    later = hub.snapshot(7.2)  # the camera (30 Hz) is stale after 100 ms
+    pose = later.object_pose
+    assert pose is not None and pose.source is Source.PREDICTED
+    assert pose.value == pytest.approx((0.3, 0.1, 0.02), abs=1e-6)  # one sample: no velocity
+    assert set(predicted) == {"joint_encoders", "wrist_force", "object_pose"}
 
 
 def test_encoders_are_predicted_for_a_few_ticks_only() -> None:

@@ -3,10 +3,11 @@
 The link reader thread calls `update(msg, now)` with every decoded STATUS, SENSOR and ESTOP_EDGE
 frame. The hub validates each sample (firmware valid flag, dimension, finite values), drops
 spikes on the channels it filters, subtracts calibration offsets, feeds the channel's Kalman
-estimator once one is attached, and publishes an immutable state by swapping one reference
-under a lock. The control thread calls `snapshot(now)`: it takes that reference and works out
-freshness, predictions and bounds for `now` without holding the lock and without copying big
-structures.
+estimator (built with the hub: every `on_loss = "predict"` channel is predicted from its first
+frame on; the closed form needs neither filterpy nor numpy), and publishes an immutable state
+by swapping one reference under a lock. The control thread calls `snapshot(now)`: it takes
+that reference and works out freshness, predictions and bounds for `now` without holding the
+lock and without copying big structures.
 
 STATUS fields map onto the description's "status" channels by name (docs/PROTOCOL.md §2):
 joint_encoders <- q, joint_currents <- current, gripper_position <- gripper_pos, wrist_force <-
@@ -98,7 +99,8 @@ class SensorHub:
 
     def __init__(self, robot: RobotDescription, *, stale_periods: float = 3.0,
                  spike_filtered: Iterable[str] | None = None, spike_k: float = 5.0,
-                 spike_window: int = 7, estimator_rate_hz: float = 100.0) -> None:
+                 spike_window: int = 7, estimator_rate_hz: float = 100.0,
+                 estimators: bool = True) -> None:
         src = robot.source or None
         self._channels = robot.sensors
         self._n_joints = robot.n_joints
@@ -136,6 +138,10 @@ class SensorHub:
         self._first_fw: float | None = None  # firmware time of the first STATUS (s)
         self._offsets: tuple[tuple[float, ...] | None, ...] = (None,) * len(robot.sensors)
         self._bank: EstimatorBank | None = None
+        if estimators:  # plain Python (see kalman.py): cheap enough for the start-up path
+            from edge_agent.sensors.kalman import EstimatorBank
+
+            self._bank = EstimatorBank.create(robot)
         # Writer-side working copies; published as tuples.
         self._readings: list[Reading | None] = [None] * len(robot.sensors)
         self._estimates: list[EstimatorState | None] = [None] * len(robot.sensors)
@@ -274,7 +280,7 @@ class SensorHub:
             self._build_specs()
 
     def attach_estimators(self, bank: EstimatorBank) -> None:
-        """Start running the Kalman estimators (built in the background after start-up)."""
+        """Replace the Kalman estimators (other tuning; the hub builds default ones itself)."""
         with self._write_lock:
             self._bank = bank
             self._build_specs()

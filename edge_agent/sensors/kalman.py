@@ -7,10 +7,11 @@ form per axis (the model is block-diagonal per axis; see the class): `predict(no
 `update(z, now)` with `z=None` meaning "no measurement", public `x` and `P`, `predicted_for_s`
 and `exceeds_bound()` (predicted past the channel's predict_max_s: the caller stops).
 
-filterpy pulls in scipy (~600 ms), so neither it nor numpy is imported with this module: the
-first `ChannelEstimator` (normally `EstimatorBank.create`, in the background after READY) does.
-`state()` hands out an immutable `EstimatorState` that other threads extrapolate in plain
-Python without touching the filter.
+filterpy pulls in scipy (~600 ms), so neither it nor numpy is imported with this module, nor by
+building an estimator: the closed form runs on plain floats, so the hub builds its estimators
+with itself and predicts from the first frame. Only reading `x` or `P` (filterpy's view of the
+state, for tests and tools) builds the filterpy filter. `state()` hands out an immutable
+`EstimatorState` that other threads extrapolate in plain Python without touching the filter.
 """
 
 from __future__ import annotations
@@ -109,23 +110,14 @@ class ChannelEstimator:
     """
 
     def __init__(self, channel: SensorChannel, tuning: EstimatorTuning | None = None) -> None:
-        # Heavy imports, here and not at the top: only when an estimator is really built.
-        import numpy
-        from filterpy.kalman import KalmanFilter
-
         self.channel = channel
         self.tuning = tuning or EstimatorTuning.default(channel)
         n = channel.dim
         self._n = n
-        self._np: Any = numpy
         self._cv = self.tuning.model == "cv"
-        dim_x = 2 * n if self._cv else n
-        kf = KalmanFilter(dim_x=dim_x, dim_z=n)
-        kf.H = numpy.zeros((n, dim_x))
-        kf.H[:, :n] = numpy.eye(n)
-        kf.R = numpy.eye(n) * max(channel.noise_std, 1e-9) ** 2
-        self._kf: Any = kf
-        self._r: list[float] = kf.R.diagonal().tolist()  # per-axis measurement variance
+        self._kf: Any = None  # the filterpy filter, built by the first `x` / `P` read
+        # per-axis measurement variance: filterpy's R = noise_std² I (its diagonal)
+        self._r: list[float] = [max(channel.noise_std, 1e-9) ** 2] * n
         self._q = self.tuning.q
         self._v0_var = self.tuning.v0_std ** 2
         # Per axis: position, velocity ("cv"), and the 2x2 covariance [[pp, pc], [pc, pv]].
@@ -137,9 +129,27 @@ class ChannelEstimator:
         self.t: float | None = None
         self.t_measured = -math.inf
 
+    def _filter(self) -> Any:
+        """The filterpy `KalmanFilter` this estimator is (imports filterpy and numpy: not on
+        the start-up path; only `x` and `P` need it)."""
+        if self._kf is None:
+            import numpy as np
+            from filterpy.kalman import KalmanFilter
+
+            n = self._n
+            dim_x = 2 * n if self._cv else n
+            kf = KalmanFilter(dim_x=dim_x, dim_z=n)
+            kf.H = np.zeros((n, dim_x))
+            kf.H[:, :n] = np.eye(n)
+            kf.R = np.diag(np.array(self._r, dtype=float))
+            self._kf = kf
+        return self._kf
+
     def _sync(self) -> Any:
         """The filterpy filter with this estimator's state written into it."""
-        np, n, kf = self._np, self._n, self._kf
+        import numpy as np
+
+        n, kf = self._n, self._filter()
         if self._cv:
             kf.x = np.array(self._xp + self._xv, dtype=float).reshape(-1, 1)
             idx = np.arange(n)
@@ -307,7 +317,7 @@ class EstimatorBank:
     @classmethod
     def create(cls, robot: RobotDescription,
                tuning: Mapping[str, EstimatorTuning] | None = None) -> EstimatorBank:
-        """Build the estimators (this is the call that imports filterpy and scipy)."""
+        """Build the estimators (plain Python: neither filterpy nor numpy is imported)."""
         tuning = tuning or {}
         unknown = set(tuning) - {s.name for s in robot.sensors if s.on_loss == "predict"}
         if unknown:
