@@ -145,3 +145,47 @@ class GatedRemote:
         self.gate.set()
         self._q.put(None)
         self.inner.stop()
+
+
+class FakeGpu:
+    """The ORT seam (`OnnxBackend(session_factory=...)`) on a machine without a GPU.
+
+    A session asked for CUDA is a real onnxruntime CPU session whose `get_providers()` lists
+    CUDA first, as a CUDA session's does; while `broken` is set, its runs raise the way a failed
+    CUDA kernel does. Everything above the seam (provider resolution, the backend, the router)
+    is the real code path. Sessions not asked for CUDA are plain CPU sessions.
+    """
+
+    CUDA = "CUDAExecutionProvider"
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.created: list[list[str]] = []  # the providers each session was asked for
+
+    def __call__(self, path: str, options: Any, providers: list[str]) -> Any:
+        import onnxruntime as ort
+
+        self.created.append(list(providers))
+        session = ort.InferenceSession(path, sess_options=options,
+                                       providers=["CPUExecutionProvider"])
+        return _FakeGpuSession(session, self) if self.CUDA in providers else session
+
+
+class _FakeGpuSession:
+    def __init__(self, session: Any, gpu: FakeGpu) -> None:
+        self._s = session
+        self._gpu = gpu
+
+    def get_providers(self) -> list[str]:
+        return [FakeGpu.CUDA, *self._s.get_providers()]
+
+    def get_inputs(self) -> Any:
+        return self._s.get_inputs()
+
+    def get_outputs(self) -> Any:
+        return self._s.get_outputs()
+
+    def run(self, outputs: Any, feed: Any) -> Any:
+        if self._gpu.broken:
+            raise RuntimeError("CUDA failure 700: an illegal memory access was encountered")
+        return self._s.run(outputs, feed)

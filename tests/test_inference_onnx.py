@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from inference_models import bare_scores, bare_session, make_policy, observations
+from inference_models import FakeGpu, bare_scores, bare_session, make_policy, observations
 
 from edge_agent.inference.backend import EventBus, EventKind, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
@@ -75,21 +77,99 @@ def test_provider_resolution_is_decided_by_the_session_list() -> None:
 def test_gpu_fault_recreates_the_session_on_cpu(tmp_path: Path) -> None:
     events: list[InferenceEvent] = []
     model = make_policy(tmp_path)
-    b = _backend(model, [CUDA, CPU], events)
-    assert b.load()
+    gpu = FakeGpu()
+    b = _backend(model, [CUDA, CPU], events, session_factory=gpu)
+    assert b.load() and b.on_gpu
     obs = observations(1)[0]
-    b.inject_gpu_fault()
+    gpu.broken = True  # the GPU fails under a running session (at the ORT seam)
     t = b.submit(obs.vector)
-    assert t.error is not None and "GPU fault" in t.error
+    assert t.error is not None and "CUDA failure" in t.error
     assert EventKind.GPU_FAILED in [e.kind for e in events]
     assert b.wait_ready(30.0)
-    assert b.resolution is not None and b.resolution.requested == (CPU,)
+    assert b.resolution is not None and b.resolution.requested == (CPU,) and not b.on_gpu
     assert b.status()["cpu_only_after_gpu_fault"] is True
-    # no gpu_unavailable for the deliberate CPU session, and it answers like before
-    assert [e.kind for e in events].count(EventKind.GPU_UNAVAILABLE) == 1
+    assert gpu.created == [[CUDA, CPU], [CPU]]
+    assert EventKind.GPU_UNAVAILABLE not in [e.kind for e in events]  # CPU on purpose
     t = b.submit(obs.vector)
     assert t.error is None and t.scores == pytest.approx(bare_scores(bare_session(model), obs),
                                                          abs=1e-6)
+
+
+def _until(pred: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll a condition another thread makes true (a background session build)."""
+    done = threading.Event()
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        done.wait(0.01)
+    return True
+
+
+def test_the_gpu_probe_brings_the_session_back_after_recover_after_successes(
+        tmp_path: Path) -> None:
+    """Today's fix: a GPU fault no longer pins the CPU for the process's life."""
+    events: list[InferenceEvent] = []
+    model = make_policy(tmp_path)
+    gpu = FakeGpu()
+    b = _backend(model, [CUDA, CPU], events, session_factory=gpu)
+    assert b.load()
+    ok, msg, figs = b.probe_gpu(3)
+    assert ok is True and figs["device"] == "gpu" and figs["probe_ms"] >= 0
+    gpu.broken = True
+    ok, msg, _ = b.probe_gpu(3)  # the probe itself finds the fault: CPU rebuild
+    assert ok is False and "CUDA failure" in msg
+    assert b.wait_ready(30.0) and not b.on_gpu
+    assert b.probe_gpu(3)[0] is False  # starts building a GPU probe session: it fails
+    assert _until(lambda: len(gpu.created) >= 3 and not b.probe_gpu(3)[0] and
+                  len(gpu.created) >= 4)  # still broken: every build fails
+    gpu.broken = False
+    assert _until(lambda: b.probe_gpu(3)[0] is True)  # built, answered: 1 of 3
+    ok, msg, figs = b.probe_gpu(3)
+    assert ok and figs["successes"] == 2 and not b.on_gpu and "2/3" in msg
+    ok, msg, figs = b.probe_gpu(3)
+    assert ok and b.on_gpu and "back on the GPU" in msg and figs["device"] == "gpu"
+    assert events[-1].kind is EventKind.BACKEND_UP and "back on the GPU" in events[-1].detail
+    assert b.status()["cpu_only_after_gpu_fault"] is False
+    obs = observations(1)[0]
+    t = b.submit(obs.vector)
+    assert t.error is None and t.scores == pytest.approx(bare_scores(bare_session(model), obs),
+                                                         abs=1e-6)
+
+
+def test_an_injected_gpu_fault_lasts_its_duration_then_the_gpu_comes_back(
+        tmp_path: Path) -> None:
+    now = [100.0]
+    events: list[InferenceEvent] = []
+    b = _backend(make_policy(tmp_path), [CUDA, CPU], events, session_factory=FakeGpu(),
+                 clock=lambda: now[0])
+    assert b.load() and b.on_gpu
+    assert "10 s" in b.inject_gpu_fault(10.0)
+    assert "injected GPU fault" in (b.submit(observations(1)[0].vector).error or "")
+    assert b.wait_ready(30.0) and not b.on_gpu  # the CPU session answers meanwhile
+    assert b.submit(observations(1)[0].vector).error is None
+    assert b.probe_gpu(2)[0] is False
+    now[0] = 105.0  # still injected: the probe session's warm-up raises at the seam
+    assert _until(lambda: not b.probe_gpu(2)[0] and not b.status()["on_gpu"])
+    now[0] = 110.5
+    assert _until(lambda: b.probe_gpu(2)[0] is True)
+    assert b.probe_gpu(2)[0] is True and b.on_gpu
+
+
+def test_a_gpu_fault_is_refused_where_no_session_runs_on_a_gpu(tmp_path: Path) -> None:
+    cpu = _backend(make_policy(tmp_path), [CPU], [])
+    assert cpu.load()
+    with pytest.raises(ValueError, match="asks for no GPU"):
+        cpu.inject_gpu_fault(5.0)
+    assert cpu.probe_gpu(3) == (None, "no GPU provider configured", {})
+    real = _backend(make_policy(tmp_path), [CUDA, CPU], [])  # real onnxruntime, no CUDA here
+    assert real.load()
+    if real.on_gpu:
+        pytest.skip("this machine has a working CUDA provider")
+    with pytest.raises(ValueError, match="no session of this backend runs on a GPU"):
+        real.inject_gpu_fault(5.0)
+    ok, msg, _ = real.probe_gpu(3)
+    assert ok is False and msg.startswith("no GPU: requested CUDAExecutionProvider")
 
 
 def test_a_run_error_on_cpu_is_one_failed_attempt_not_a_reload(tmp_path: Path) -> None:
@@ -144,13 +224,14 @@ def test_a_gpu_fault_mid_task_drops_no_decision(tmp_path: Path) -> None:
     records: list[DecisionRecord] = []
     stack = InferenceStack(InferenceSettings(providers=(CUDA, CPU), model=make_policy(tmp_path),
                                              cache_dir=tmp_path / "state" / "models"),
-                           event_sink=events.append, decision_sink=records.append)
+                           event_sink=events.append, decision_sink=records.append,
+                           session_factory=FakeGpu())
     stack.start_background().join(60.0)
     assert stack.router.ready() and stack.load_s is not None
     obs = observations(40)
     for o in obs[:10]:
         assert stack.router.decide(o) is not None
-    stack.local.inject_gpu_fault()
+    assert stack.inject("gpu", "fail", 60.0)["effect"] == "runs on the GPU raise for 60 s"
     for o in obs[10:30]:  # the CPU session is being rebuilt meanwhile
         assert stack.router.decide(o) is not None
     assert records[10].attempts[0] == ("local", "error") and records[10].backend == "cached"
@@ -161,4 +242,6 @@ def test_a_gpu_fault_mid_task_drops_no_decision(tmp_path: Path) -> None:
     kinds = [e.kind for e in events]
     assert EventKind.GPU_FAILED in kinds and EventKind.FALLBACK in kinds
     assert stack.status()["backends"][0]["cpu_only_after_gpu_fault"] is True
+    with pytest.raises(ValueError, match="no Triton server is configured"):
+        stack.inject("triton", "down", 5.0)
     stack.stop()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from edge_agent.daemon.app import Daemon
 
 RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
+INFERENCE_TARGETS = ("gpu", "triton")
 TASK_WAIT_S = 3.0
 
 
@@ -132,6 +133,8 @@ def register_handlers(d: Daemon) -> None:
                 raise CommandRefused(ErrorCode.REFUSED, "the control loop is not running")
             d.loop.hang_for_test(args.get("mode") == "hang")
             return {"injected": {"target": target, "mode": args.get("mode")}}
+        if target in INFERENCE_TARGETS:  # the policy stack's own faults (inference/assembly.py)
+            return {"injected": _inject_inference(d, target, args)}
         if not target.startswith(RIG_TARGETS):
             raise CommandRefused(ErrorCode.NOT_IMPLEMENTED,
                                  f"failure target {target!r} has no injector in this daemon yet")
@@ -174,6 +177,20 @@ def register_handlers(d: Daemon) -> None:
     api.register("manual.enter", manual_enter)
     api.register("manual.jog", manual_jog)
     api.register("manual.exit", manual_exit)
+
+
+def _inject_inference(d: Daemon, target: str, args: dict[str, Any]) -> dict[str, Any]:
+    """failure.inject gpu fail / triton down, for duration_s (required: no mode ends them)."""
+    stack = d.policy.stack
+    if stack is None:
+        raise CommandRefused(ErrorCode.REFUSED, f"{target} faults need the policy model stack: "
+                             f"{d.policy.unavailable() or 'not built'}")
+    if args.get("duration_s") is None:
+        raise CommandRefused(ErrorCode.BAD_ARGS, f"{target} {args.get('mode')} needs duration_s")
+    try:
+        return stack.inject(target, str(args.get("mode")), float(args["duration_s"]))
+    except ValueError as exc:
+        raise CommandRefused(ErrorCode.REFUSED, str(exc)) from exc
 
 
 def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:

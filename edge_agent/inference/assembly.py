@@ -25,7 +25,7 @@ from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventS
 from edge_agent.inference.model_cache import CachedModel, ModelCache
 from edge_agent.inference.model_card import ModelError
 from edge_agent.inference.model_source import read_model
-from edge_agent.inference.onnx_backend import OnnxBackend
+from edge_agent.inference.onnx_backend import OnnxBackend, SessionFactory
 from edge_agent.inference.providers import CPU
 from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.rule_backend import RuleBackend
@@ -71,7 +71,8 @@ class InferenceStack:
     """Backends + cache + router, built cheaply, loaded in the background."""
 
     def __init__(self, settings: InferenceSettings, *, event_sink: EventSink | None = None,
-                 decision_sink: DecisionSink | None = None) -> None:
+                 decision_sink: DecisionSink | None = None,
+                 session_factory: SessionFactory | None = None) -> None:
         self.settings = settings
         self.bus = EventBus(event_sink)
         self.cache = (ModelCache(settings.cache_dir, self.bus, fields=OBS_FIELD_UNITS,
@@ -84,11 +85,13 @@ class InferenceStack:
                                         self.bus, request_timeout_s=settings.deadline_s,
                                         ready_period_s=settings.triton_ready_period_s)
             backends.append(self.remote)
+        seam: dict[str, Any] = {"session_factory": session_factory} if session_factory else {}
         self.local = OnnxBackend("local", self._active_model, settings.providers, self.bus,
                                  intra_op_threads=settings.intra_op_threads, obs_dim=OBS_DIM,
-                                 n_outputs=len(Action))
+                                 n_outputs=len(Action), **seam)
         self.cached = OnnxBackend("cached", self._last_known_good, (CPU,), self.bus,
-                                  intra_op_threads=1, obs_dim=OBS_DIM, n_outputs=len(Action))
+                                  intra_op_threads=1, obs_dim=OBS_DIM, n_outputs=len(Action),
+                                  **seam)
         backends += [self.local, self.cached]
         # last: the rule-based expert — no decision is dropped when every model is down
         self.rule = RuleBackend(ExpertPolicy(band_n=settings.grip_force_band_n))
@@ -166,6 +169,26 @@ class InferenceStack:
         self.local.load()
         self.cached.load()
         return entry
+
+    # -- failure.inject -------------------------------------------------------------------
+    def inject(self, target: str, mode: str, duration_s: float) -> dict[str, Any]:
+        """failure.inject `gpu fail` (the local model's GPU-session runs raise at the ORT seam)
+        or `triton down` (the Triton client sees the server unreachable), for `duration_s`.
+        Raises ValueError (the reason) where the fault cannot be injected here."""
+        if not duration_s > 0:
+            raise ValueError(f"duration_s must be > 0, got {duration_s}")
+        if (target, mode) == ("gpu", "fail"):
+            what = self.local.inject_gpu_fault(duration_s)
+        elif (target, mode) == ("triton", "down"):
+            if self.remote is None:
+                raise ValueError("no Triton server is configured (inference.triton_url): "
+                                 "nothing to take down")
+            self.remote.inject_outage(duration_s)
+            what = f"{self.remote.url} unreachable for {duration_s:g} s"
+        else:
+            raise ValueError(f"no inference fault {target} {mode!r} (gpu fail, triton down)")
+        log.warning("failure_injected", target=target, mode=mode, duration_s=duration_s)
+        return {"target": target, "mode": mode, "duration_s": duration_s, "effect": what}
 
     def status(self) -> dict[str, Any]:
         cur = self.cache.current() if self.cache else None
