@@ -179,6 +179,10 @@ class PolicyRouter:
         """
         return self.bus.wait_until(self.ready, timeout)
 
+    def backend(self, name: str) -> Backend | None:
+        """The backend called `name` (triton, local, cached, rule), None when there is none."""
+        return next((b for b in self.backends if b.name == name), None)
+
     def preferred_ready(self) -> str | None:
         """The backend the next decision will try first."""
         return next((b.name for b in self.backends if b.ready()), None)

@@ -8,6 +8,10 @@ readiness (`is_server_ready` and `is_model_ready`) every `ready_period_s`. A fai
 the backend down at once, so later decisions skip it without waiting; the next successful probe
 brings it back. While down, each probe uses a fresh channel: gRPC's reconnect back-off would
 otherwise delay noticing a restarted server by up to two minutes.
+
+`request_health()` (the health monitor's remote-policy probe) asks the worker for one health
+sample — server live, server ready, model ready and a probe inference's latency — between two
+requests; `health` holds the latest (`TritonHealth`), so the monitor never waits on the network.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
@@ -24,6 +29,19 @@ from edge_agent.log import get_logger
 log = get_logger(__name__)
 
 _STOP = object()
+_HEALTH = object()
+
+
+@dataclass(frozen=True, slots=True)
+class TritonHealth:
+    """One health sample the worker took (monotonic time `mono`)."""
+
+    mono: float
+    live: bool
+    ready: bool
+    model_ready: bool
+    latency_s: float | None  # the probe inference's round trip; None when not run
+    error: str | None
 _CHANNEL_ARGS = [
     ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.enable_http_proxy", 0),
@@ -57,6 +75,8 @@ class TritonBackend:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._outage_until = 0.0  # failure.inject triton down: unreachable until then
+        self._width: int | None = None  # the model's input width (rows sent, or its metadata)
+        self.health: TritonHealth | None = None
         self.last_error: str | None = None
         self.requests = 0
         self.failures = 0
@@ -103,6 +123,13 @@ class TritonBackend:
         """
         self._outage_until = time.monotonic() + duration_s
 
+    def request_health(self) -> bool:
+        """Ask the worker for a fresh `health` sample (never blocks); False when not running."""
+        if self._thread is None or self._stopped:
+            return False
+        self._q.put(_HEALTH)
+        return True
+
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "model": self.model_name,
                 "ready": self._ready, "requests": self.requests, "failures": self.failures,
@@ -126,7 +153,9 @@ class TritonBackend:
                     item = None
                 if item is _STOP:
                     break
-                if item is not None:
+                if item is _HEALTH:
+                    self._health(grpcclient, np)
+                elif item is not None:
                     ticket, row = item
                     ok = self._infer(grpcclient, np, ticket, row)
                     with self._lock:
@@ -169,8 +198,42 @@ class TritonBackend:
             why = _short(e)
         self._set_ready(why)
 
+    def _health(self, grpcclient: Any, np: Any) -> None:
+        live = ready = model = False
+        latency: float | None = None
+        error: str | None = None
+        timeout = self._probe_timeout
+        try:
+            if time.monotonic() < self._outage_until:
+                raise ConnectionError("injected outage (failure.inject triton down)")
+            client = self._connect(grpcclient)
+            live = bool(client.is_server_live(client_timeout=timeout))
+            ready = live and bool(client.is_server_ready(client_timeout=timeout))
+            model = ready and bool(client.is_model_ready(self.model_name, self.model_version,
+                                                         client_timeout=timeout))
+            if model:
+                if self._width is None:
+                    meta = client.get_model_metadata(self.model_name, self.model_version,
+                                                     as_json=True, client_timeout=timeout)
+                    self._width = int(meta["inputs"][0]["shape"][-1])
+                x = np.zeros((1, self._width), dtype=np.float32)
+                inp = grpcclient.InferInput(self._x_name, list(x.shape), "FP32")
+                inp.set_data_from_numpy(x)
+                t0 = time.perf_counter()
+                client.infer(self.model_name, [inp], model_version=self.model_version,
+                             outputs=[grpcclient.InferRequestedOutput(self._y_name)],
+                             client_timeout=timeout)
+                latency = time.perf_counter() - t0
+            else:
+                error = ("server not live" if not live else "server not ready" if not ready
+                         else f"model {self.model_name} not ready")
+        except Exception as e:
+            error = _short(e)
+        self.health = TritonHealth(time.monotonic(), live, ready, model, latency, error)
+
     def _infer(self, grpcclient: Any, np: Any, ticket: Ticket, row: tuple[float, ...]) -> bool:
         self.requests += 1
+        self._width = len(row)
         try:
             if time.monotonic() < self._outage_until:
                 raise ConnectionError("injected outage (failure.inject triton down)")

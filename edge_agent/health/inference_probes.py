@@ -1,0 +1,200 @@
+"""Inference health probes: the GPU, the remote policy (Triton) and which kind of policy decides.
+
+Built on the inference layer's own state, never beside it: the local `OnnxBackend` (its active
+providers and a probe inference, `probe_gpu`), the `TritonBackend` (its readiness and the health
+sample its worker takes, `request_health`), and the router's backends. Each `check` returns at
+once: network calls stay on the Triton worker, session builds on a background thread.
+
+- `gpu` → `cpu_inference`: the local model is asked to run on a GPU and does not (a GPU fault
+  moved it to CPU, or the GPU never came up); a probe inference on the GPU session; NVML figures.
+  Its successes are what return the session to the GPU (after `health.recover_after`).
+- `remote_policy` → `remote_policy_lost`: Triton live, ready, model ready, and a probe
+  inference's round trip within `inference.deadline_ms` (the local model decides meanwhile).
+- `policy.local` → `cached_policy`: the current model is unusable and the verified
+  last-known-good (`cached`) decides.
+- `policy.model` → `rule_policy`: no model backend can decide; the rule-based expert does.
+
+`make_inference_probes(router, cfg, on_failure)` builds them; `on_failure(probe, message,
+figures)` is the fast path: inference events (`gpu_failed`, Triton `inference_backend_down`, a
+local `inference_load_failed`) call it at once, on whichever thread emitted — it must only
+enqueue.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from edge_agent.health.probe import Figure, Probe, ProbeResult
+from edge_agent.inference.backend import EventKind, InferenceEvent
+from edge_agent.inference.gpu_stats import gpu_figures
+from edge_agent.inference.onnx_backend import OnnxBackend
+from edge_agent.inference.router import PolicyRouter
+from edge_agent.inference.triton_backend import TritonBackend
+from edge_agent.vocab import DegradationMode
+
+FailureHook = Callable[[str, str, Mapping[str, Figure]], None]
+MODEL_BACKENDS = ("triton", "local", "cached")
+GPU_WARN_TEMPERATURE_C = 85
+
+
+class _Probe:
+    """Name, mode, subject, period: what every probe here declares."""
+
+    def __init__(self, name: str, mode: DegradationMode, period_s: float | None = None) -> None:
+        self._name, self._mode, self._period = name, mode, period_s
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def mode(self) -> DegradationMode | None:
+        return self._mode
+
+    @property
+    def subject(self) -> str:
+        return ""
+
+    @property
+    def period_s(self) -> float | None:
+        return self._period
+
+    def check(self, now: float) -> ProbeResult:
+        try:
+            return self._check(now)
+        except Exception as e:  # a probe never raises: its own failure is a failed check
+            return ProbeResult.error(f"{self._name} probe raised {type(e).__name__}: {e}")
+
+    def _check(self, now: float) -> ProbeResult:
+        raise NotImplementedError
+
+
+class GpuProbe(_Probe):
+    """The local model on its GPU (see the module docstring)."""
+
+    def __init__(self, local: OnnxBackend, recover_after: int,
+                 nvml: Callable[[], dict[str, Any]] = gpu_figures) -> None:
+        super().__init__("gpu", DegradationMode.CPU_INFERENCE)
+        self._local = local
+        self._recover_after = recover_after
+        self._nvml = nvml
+
+    def _check(self, now: float) -> ProbeResult:
+        ok, message, figures = self._local.probe_gpu(self._recover_after)
+        if ok is None:  # no GPU asked for: there is nothing to lose
+            return ProbeResult.ok(message, device="cpu")
+        figs: dict[str, Figure] = {k: v for k, v in figures.items()}
+        figs.update(self._nvml())
+        if not ok:
+            return ProbeResult.error(message, **figs)
+        temp = figs.get("temperature_c")
+        ecc = figs.get("ecc_uncorrected")
+        if isinstance(ecc, int) and ecc > 0:
+            return ProbeResult.warn(f"{message}; {ecc} uncorrected ECC errors", **figs)
+        if isinstance(temp, int | float) and temp >= GPU_WARN_TEMPERATURE_C:
+            return ProbeResult.warn(f"{message}; GPU at {temp} °C", **figs)
+        return ProbeResult.ok(message, **figs)
+
+
+class RemotePolicyProbe(_Probe):
+    """Triton live + ready + model ready, a probe inference within the deadline."""
+
+    def __init__(self, remote: TritonBackend, deadline_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__("remote_policy", DegradationMode.REMOTE_POLICY_LOST)
+        self._remote = remote
+        self._deadline_s = deadline_s
+        self._clock = clock
+
+    def _check(self, now: float) -> ProbeResult:
+        r = self._remote
+        h = r.health  # the sample the previous check asked for
+        r.request_health()  # ... and the next one, taken by the worker meanwhile
+        figs: dict[str, Figure] = {"url": r.url, "model": r.model_name,
+                                   "deadline_ms": round(self._deadline_s * 1e3, 3)}
+        if h is not None:
+            figs.update(live=h.live, ready=h.ready, model_ready=h.model_ready,
+                        sample_age_s=round(self._clock() - h.mono, 3),
+                        latency_ms=round(h.latency_s * 1e3, 3) if h.latency_s is not None
+                        else None)
+        if not r.ready():  # the worker's own readiness (refreshed every ready period)
+            return ProbeResult.error(
+                f"Triton {r.url} unreachable or not ready: {r.last_error}", **figs)
+        if h is None:
+            return ProbeResult.ok("ready; first health sample pending", **figs)
+        if h.error is not None:
+            return ProbeResult.error(f"Triton {r.url}: {h.error}", **figs)
+        if h.latency_s is not None and h.latency_s > self._deadline_s:
+            return ProbeResult.error(f"probe inference took {h.latency_s * 1e3:.1f} ms > the "
+                               f"{self._deadline_s * 1e3:g} ms deadline", **figs)
+        return ProbeResult.ok("live, ready, model ready", **figs)
+
+
+class LocalModelProbe(_Probe):
+    """The current model usable; else the last-known-good decides (`cached_policy`)."""
+
+    def __init__(self, router: PolicyRouter) -> None:
+        super().__init__("policy.local", DegradationMode.CACHED_POLICY)
+        self._router = router
+
+    def _check(self, now: float) -> ProbeResult:
+        local, cached = self._router.backend("local"), self._router.backend("cached")
+        in_use = self._router.backend_in_use
+        figs: dict[str, Figure] = {"backend_in_use": in_use,
+                                   "local_ready": local is not None and local.ready(),
+                                   "cached_ready": cached is not None and cached.ready()}
+        if local is None:
+            return ProbeResult.ok("no local model configured", **figs)
+        if local.ready() and in_use != "cached":
+            return ProbeResult.ok("the current model is usable", **figs)
+        if cached is None or not cached.ready():
+            return ProbeResult.warn("no model usable (see policy.model)", **figs)
+        why = ("the current model is not loaded" if not local.ready() else
+               "the current model's answers are unusable (errors, NaN or late)")
+        return ProbeResult.error(f"{why}: the last-known-good model decides", **figs)
+
+
+class ModelProbe(_Probe):
+    """Some model backend can decide; else the rule-based expert does (`rule_policy`)."""
+
+    def __init__(self, router: PolicyRouter) -> None:
+        super().__init__("policy.model", DegradationMode.RULE_POLICY)
+        self._router = router
+
+    def _check(self, now: float) -> ProbeResult:
+        ready = {n: b.ready() for n in MODEL_BACKENDS
+                 if (b := self._router.backend(n)) is not None}
+        figs: dict[str, Figure] = {f"{n}_ready": v for n, v in ready.items()}
+        figs["backend_in_use"] = self._router.backend_in_use
+        if any(ready.values()):
+            return ProbeResult.ok(f"{next(n for n, v in ready.items() if v)} can decide", **figs)
+        return ProbeResult.error("no model usable: the rule-based expert decides", **figs)
+
+
+def _fast_path(on_failure: FailureHook) -> Callable[[InferenceEvent], None]:
+    def sink(ev: InferenceEvent) -> None:
+        if ev.kind is EventKind.GPU_FAILED:
+            on_failure("gpu", ev.detail, {"backend": ev.backend})
+        elif ev.kind is EventKind.BACKEND_DOWN and ev.backend == "triton":
+            on_failure("remote_policy", ev.detail, {"backend": ev.backend})
+        elif ev.kind is EventKind.LOAD_FAILED and ev.backend == "local":
+            on_failure("policy.local", ev.detail, {"backend": ev.backend})
+    return sink
+
+
+def make_inference_probes(router: PolicyRouter, cfg: Any,
+                          on_failure: FailureHook | None = None) -> list[Probe]:
+    """The inference probes for a router the inference stack built (`cfg`: the Config)."""
+    probes: list[Probe] = []
+    local = router.backend("local")
+    if isinstance(local, OnnxBackend):
+        probes.append(GpuProbe(local, cfg.health.recover_after))
+    remote = router.backend("triton")
+    if isinstance(remote, TritonBackend):
+        probes.append(RemotePolicyProbe(remote, cfg.inference.deadline_ms / 1e3))
+    probes += [LocalModelProbe(router), ModelProbe(router)]
+    if on_failure is not None:
+        router.bus.subscribe(_fast_path(on_failure))
+    return probes
