@@ -79,6 +79,13 @@ class SensorChannel:
     # A predicted channel is also past its bound once its estimator's position std exceeds
     # this (in the channel's unit); 0 = the time bound only.
     predict_max_std: float = 0.0
+    # `range = [lo, hi]`: every value of a sane sample lies within (the health probe's check).
+    value_range: tuple[float, float] | None = None
+    # `spike_filter = {window, k, max_ratio}`: the hub's Hampel filter (window samples, k robust
+    # sigmas) and the health probe's bound on rejected / received per period; window 0 = none.
+    spike_window: int = 0
+    spike_k: float = 5.0
+    spike_max_ratio: float = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +262,31 @@ def _joint(r: _Reader) -> Joint:
     return j
 
 
+def _value_range(r: _Reader) -> tuple[float, float] | None:
+    v = r.raw("range", None)
+    if v is None:
+        return None
+    if (not isinstance(v, list) or len(v) != 2
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
+            or not all(math.isfinite(float(x)) for x in v)):
+        raise r.fail("range", v, "must be [min, max]: 2 finite numbers")
+    lo, hi = float(v[0]), float(v[1])
+    if lo >= hi:
+        raise r.fail("range", v, "min must be less than max")
+    return lo, hi
+
+
+def _spike_filter(r: _Reader) -> dict[str, Any]:
+    if r.raw("spike_filter", None) is None:
+        return {}
+    f = r.table("spike_filter")
+    out = {"spike_window": f.integer("window", lo=3, hi=64),
+           "spike_k": f.num("k", 5.0, lo=0.0, lo_open=True),
+           "spike_max_ratio": f.num("max_ratio", 0.2, lo=0.0, hi=1.0, lo_open=True)}
+    f.done()
+    return out
+
+
 def _sensor(r: _Reader) -> SensorChannel:
     s = SensorChannel(
         name=r.text("name"),
@@ -267,10 +299,14 @@ def _sensor(r: _Reader) -> SensorChannel:
         predict_max_s=r.num("predict_max_s", 0.0, lo=0.0),
         latency_s=r.num("latency_s", 0.0, lo=0.0),
         predict_max_std=r.num("predict_max_std", 0.0, lo=0.0),
+        value_range=_value_range(r),
+        **_spike_filter(r),
     )
     if s.on_loss == "stop" and s.predict_max_std > 0:
         raise r.fail("predict_max_std", s.predict_max_std,
                      "only a channel with on_loss = 'predict' is predicted")
+    if s.name == "estop_input" and s.spike_window:
+        raise r.fail("spike_filter", "{...}", "the e-stop input is never filtered")
     if s.name == "estop_input" and s.on_loss != "stop":
         raise r.fail("on_loss", s.on_loss, "the e-stop input is never predicted")
     if s.on_loss == "predict" and s.predict_max_s <= 0:

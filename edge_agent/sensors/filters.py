@@ -10,7 +10,9 @@ half the window (a step costs about window/2 samples of delay).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+
+from edge_agent.robot import RobotDescription
 
 MAD_TO_SIGMA = 1.4826
 
@@ -105,3 +107,24 @@ class MedianFilter:
 
     def reset(self) -> None:
         self._window.clear()
+
+
+def spike_filters(robot: RobotDescription, names: Iterable[str] | None, k: float = 5.0,
+                  window: int = 7) -> list[SpikeFilter | None]:
+    """One SpikeFilter per channel of `robot` that has one (None for the others): the
+    description's `spike_filter` channels, or the channels `names` lists (tests, benches), with
+    the channel's own window and k where it has them, else `window` and `k`."""
+    wanted = (tuple(c.name for c in robot.sensors if c.spike_window)
+              if names is None else tuple(names))
+    index = {c.name: i for i, c in enumerate(robot.sensors)}
+    out: list[SpikeFilter | None] = [None] * len(robot.sensors)
+    for name in wanted:
+        if name == "estop_input":
+            raise ValueError("the e-stop input is never filtered")
+        if name not in index:
+            raise ValueError(f"spike filter for unknown channel {name!r}")
+        c = robot.sensors[index[name]]
+        w, kk = (c.spike_window, c.spike_k) if c.spike_window else (window, k)
+        out[index[name]] = SpikeFilter(c.dim, window=w, k=kk, floor=kk * c.noise_std + 1e-9,
+                                       min_samples=min(5, w))
+    return out

@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from edge_agent.errors import ConfigError
 from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
+from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
-from edge_agent.sensors.filters import SpikeFilter
+from edge_agent.sensors.filters import spike_filters
 from edge_agent.sensors.readings import (
+    ChannelCounts,
     ChannelStatus,
     Freshness,
     Reading,
@@ -52,6 +54,9 @@ from edge_agent.sensors.readings import (
 if TYPE_CHECKING:
     from edge_agent.sensors.kalman import ChannelEstimator, EstimatorBank, EstimatorState
 
+log = get_logger(__name__)
+StaleListener = Callable[[tuple[str, ...], float], None]
+
 STATUS_FIELDS: Mapping[str, Callable[[Status], tuple[float, ...]]] = MappingProxyType({
     "joint_encoders": lambda s: s.q,
     "joint_currents": lambda s: s.current,
@@ -59,7 +64,6 @@ STATUS_FIELDS: Mapping[str, Callable[[Status], tuple[float, ...]]] = MappingProx
     "wrist_force": lambda s: (s.gripper_force,),
     "estop_input": lambda s: (1.0 if s.estop_input else 0.0,),
 })
-DEFAULT_SPIKE_FILTERED = ("object_pose", "wrist_force")
 # The fast STATUS path: each STATUS_FIELDS entry's position in the tuple `update` extracts.
 _FIELD_SLOT = {"joint_encoders": 0, "joint_currents": 1, "gripper_position": 2,
                "wrist_force": 3, "estop_input": 4}
@@ -121,19 +125,7 @@ class SensorHub:
         if stale_periods <= 0 or estimator_rate_hz <= 0:
             raise ValueError("stale_periods and estimator_rate_hz must be > 0")
         self._stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
-        wanted = DEFAULT_SPIKE_FILTERED if spike_filtered is None else tuple(spike_filtered)
-        self._spike: list[SpikeFilter | None] = [None] * len(robot.sensors)
-        for name in wanted:
-            if name == "estop_input":
-                raise ValueError("the e-stop input is never filtered")
-            if name not in self._index:
-                if spike_filtered is None:
-                    continue
-                raise ValueError(f"spike filter for unknown channel {name!r}")
-            c = robot.sensor(name)
-            self._spike[self._index[name]] = SpikeFilter(
-                c.dim, window=spike_window, k=spike_k, floor=spike_k * c.noise_std + 1e-9,
-                min_samples=min(5, spike_window))
+        self._spike = spike_filters(robot, spike_filtered, spike_k, spike_window)
         self._min_est_dt = 1.0 / estimator_rate_hz
         self._first_fw: float | None = None  # firmware time of the first STATUS (s)
         self._offsets: tuple[tuple[float, ...] | None, ...] = (None,) * len(robot.sensors)
@@ -148,6 +140,16 @@ class SensorHub:
         self._counters = dict.fromkeys(("status_frames", "sensor_frames", "estop_edges",
                                         "invalid_samples", "spikes_rejected",
                                         "unknown_channel", "ignored_frames"), 0)
+        # Per channel (only the rare paths count on the 1 kHz STATUS path: a status channel
+        # receives one sample per STATUS frame): samples outside STATUS, spikes dropped,
+        # invalid samples, and of those the non-finite ones.
+        n = len(robot.sensors)
+        self._received, self._spiked = [0] * n, [0] * n
+        self._invalid, self._nonfinite = [0] * n, [0] * n
+        self._is_status = tuple(c.source == "status" for c in robot.sensors)
+        self._enc = self._index.get("joint_encoders")
+        self._stale_listeners: tuple[StaleListener, ...] = ()
+        self._was_stale: frozenset[str] = frozenset()
         self._write_lock = threading.Lock()
         self._lock = threading.Lock()
         self._estimates_t: tuple[EstimatorState | None, ...] = tuple(self._estimates)
@@ -222,9 +224,12 @@ class SensorHub:
             # sum() is finite only if every value is; an overflowing sum decides per value.
             if len(value) != dim or not (_isfinite(sum(value)) or all_finite(value)):
                 invalid += 1
+                self._invalid[i] += 1
+                self._nonfinite[i] += len(value) == dim
                 continue
             if spike is not None and not spike(value):
                 spikes += 1
+                self._spiked[i] += 1
                 continue
             if offset is not None:
                 value = tuple(v - o for v, o in zip(value, offset, strict=True))
@@ -248,11 +253,15 @@ class SensorHub:
         """Validate, filter, calibrate and store one sample of channel i (and feed its
         estimator, at most estimator_rate_hz)."""
         _, _, name, dim, spike, offset, est, latency_s = self._specs[i]
+        self._received[i] += 1
         if not valid or len(value) != dim or not all_finite(value):
             self._counters["invalid_samples"] += 1
+            self._invalid[i] += 1
+            self._nonfinite[i] += len(value) == dim and not all_finite(value)
             return
         if spike is not None and not spike(value):
             self._counters["spikes_rejected"] += 1
+            self._spiked[i] += 1
             return
         if offset is not None:
             value = tuple(v - o for v, o in zip(value, offset, strict=True))
@@ -289,6 +298,18 @@ class SensorHub:
         """Frames seen and samples refused, by kind."""
         return dict(self._counters)
 
+    def channel_counts(self, name: str) -> ChannelCounts:
+        """Samples of one channel received, dropped as spikes, invalid, non-finite (so far)."""
+        i = self._index[name]
+        received = self._received[i] + (self._counters["status_frames"]
+                                        if self._is_status[i] else 0)
+        return ChannelCounts(received, self._spiked[i], self._invalid[i], self._nonfinite[i])
+
+    def add_stale_listener(self, listener: StaleListener) -> None:
+        """Call `listener(channels, now)` when channels that had samples go stale (the health
+        monitor's fast path). It runs inside `snapshot`, on the control thread: only enqueue."""
+        self._stale_listeners = (*self._stale_listeners, listener)
+
     # ------------------------------------------------------------------ reader side
 
     def snapshot(self, now: float) -> Snapshot:
@@ -309,6 +330,7 @@ class SensorHub:
         fw_now = st.status.fw_time_us * 1e-6 if st.status is not None else None
         statuses: dict[str, ChannelStatus] = {}
         stale: list[str] = []
+        went: list[str] = []  # stale now, with a sample before (for the stale listeners)
         past: list[str] = []
         for i, ch in enumerate(self._channels):
             r = st.readings[i]
@@ -319,6 +341,8 @@ class SensorHub:
             else:
                 fresh = Freshness.STALE
                 stale.append(ch.name)
+                if r is not None:
+                    went.append(ch.name)
                 est = st.estimates[i]
                 if ch.on_loss == "predict":
                     past_bound = age > ch.predict_max_s
@@ -333,7 +357,24 @@ class SensorHub:
                         r = r.with_value(r.value, Source.STALE)
             statuses[ch.name] = ChannelStatus(ch.name, r, fresh, age, ch.on_loss, past_bound,
                                               lost)
-        return self._assemble(now, st, statuses, tuple(stale), tuple(past))
+        if went or self._was_stale:
+            self._tell_stale(went, now)
+        enc_est = st.estimates[self._enc] if self._enc is not None else None
+        return Snapshot.assemble(now, st.status, st.dq, st.gripper_current,
+                                 enc_est.vel if enc_est is not None else None,
+                                 MappingProxyType(statuses), tuple(stale), tuple(past))
+
+    def _tell_stale(self, went: list[str], now: float) -> None:
+        now_stale = frozenset(went)
+        new = now_stale - self._was_stale
+        self._was_stale = now_stale
+        if new and self._stale_listeners:
+            names = tuple(n for n in went if n in new)
+            for listener in self._stale_listeners:
+                try:
+                    listener(names, now)
+                except Exception:  # a broken listener must not break the control loop
+                    log.exception("stale_listener_failed")
 
     def _lost(self, i: int, ch: SensorChannel, r: Reading | None, est: EstimatorState | None,
               fw_now: float, host_age: float) -> bool:
@@ -352,39 +393,3 @@ class SensorHub:
             # the std after the firmware time lost, not the host's: a late host loses nothing
             return max(est.std_at(est.t + fw_age)) > ch.predict_max_std
         return False
-
-    def _assemble(self, now: float, st: _State, ch: dict[str, ChannelStatus],
-                  stale: tuple[str, ...], past: tuple[str, ...]) -> Snapshot:
-        def value(name: str) -> Reading | None:
-            c = ch.get(name)
-            return c.reading if c is not None else None
-
-        def scalar(name: str) -> float | None:
-            r = value(name)
-            return r.value[0] if r is not None else None
-
-        s = st.status
-        enc, estop = value("joint_encoders"), value("estop_input")
-        dq = st.dq
-        if enc is not None and enc.source is Source.PREDICTED:
-            est = st.estimates[self._index["joint_encoders"]]
-            dq = est.vel if est is not None else dq
-        currents = value("joint_currents")
-        return Snapshot(
-            t=now,
-            fw_time_s=s.fw_time_us * 1e-6 if s is not None else None,
-            flags=int(s.flags) if s is not None else 0,
-            last_cmd_seq=s.last_cmd_seq if s is not None else None,
-            estop_input=bool(estop.value[0]) if estop is not None else None,
-            q=enc.value if enc is not None else (),
-            dq=dq,
-            q_source=enc.source if enc is not None else Source.STALE,
-            currents=currents.value if currents is not None else (),
-            gripper_pos=scalar("gripper_position"),
-            gripper_current=st.gripper_current,
-            gripper_force=scalar("wrist_force"),
-            object_pose=value("object_pose"),
-            channels=MappingProxyType(ch),
-            stale=stale,
-            past_bound=past,
-        )

@@ -13,7 +13,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from edge_agent.link.codec import Status
 
 
 class Source(StrEnum):
@@ -109,6 +112,45 @@ class Snapshot:
     def channel(self, name: str) -> ChannelStatus:
         return self.channels[name]
 
+    @classmethod
+    def assemble(cls, now: float, status: Status | None, dq: tuple[float, ...],
+                 gripper_current: float | None, enc_vel: tuple[float, ...] | None,
+                 ch: Mapping[str, ChannelStatus], stale: tuple[str, ...],
+                 past: tuple[str, ...]) -> Snapshot:
+        """The snapshot from the last STATUS and every channel's status (`SensorHub`);
+        `enc_vel` (the encoders' estimator velocity) is `dq` while `q` is predicted."""
+        def value(name: str) -> Reading | None:
+            c = ch.get(name)
+            return c.reading if c is not None else None
+
+        def scalar(name: str) -> float | None:
+            r = value(name)
+            return r.value[0] if r is not None else None
+
+        s = status
+        enc, estop = value("joint_encoders"), value("estop_input")
+        if enc is not None and enc.source is Source.PREDICTED and enc_vel is not None:
+            dq = enc_vel
+        currents = value("joint_currents")
+        return cls(
+            t=now,
+            fw_time_s=s.fw_time_us * 1e-6 if s is not None else None,
+            flags=int(s.flags) if s is not None else 0,
+            last_cmd_seq=s.last_cmd_seq if s is not None else None,
+            estop_input=bool(estop.value[0]) if estop is not None else None,
+            q=enc.value if enc is not None else (),
+            dq=dq,
+            q_source=enc.source if enc is not None else Source.STALE,
+            currents=currents.value if currents is not None else (),
+            gripper_pos=scalar("gripper_position"),
+            gripper_current=gripper_current,
+            gripper_force=scalar("wrist_force"),
+            object_pose=value("object_pose"),
+            channels=ch,
+            stale=stale,
+            past_bound=past,
+        )
+
     @property
     def lost(self) -> tuple[str, ...]:
         """Channels whose loss calls for a protective stop (the caller decides what it needs)."""
@@ -121,3 +163,12 @@ class Snapshot:
 
 def all_finite(values: tuple[float, ...]) -> bool:
     return all(math.isfinite(v) for v in values)
+
+
+class ChannelCounts(NamedTuple):
+    """One channel's samples so far (`SensorHub.channel_counts`)."""
+
+    received: int
+    spikes_rejected: int
+    invalid: int
+    nonfinite: int
