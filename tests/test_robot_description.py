@@ -58,6 +58,19 @@ def _copy_joint(i: int) -> Mutation:
     return lambda d: d["joints"].append(copy.deepcopy(d["joints"][i]))
 
 
+def test_sensor_ranges_and_spike_filters_are_read() -> None:
+    robot = load_robot(ROBOT)
+    force, pose = robot.sensor("wrist_force"), robot.sensor("object_pose")
+    assert force.value_range == (-20.0, 60.0) and pose.value_range == (-1.0, 1.0)
+    assert (force.spike_window, force.spike_k, force.spike_max_ratio) == (7, 5.0, 0.2)
+    assert robot.sensor("joint_currents").spike_window == 0  # no filter
+    assert robot.sensor("estop_input").value_range is None
+    data = copy.deepcopy(BASE)
+    data["sensors"][0]["spike_filter"] = {"window": 9}  # k and max_ratio default
+    enc = parse_robot(data).sensor("joint_encoders")
+    assert (enc.spike_window, enc.spike_k, enc.spike_max_ratio) == (9, 5.0, 0.2)
+
+
 def test_shipped_description_loads() -> None:
     r = load_robot(ROBOT)
     assert r.name == "edge-arm-4" and r.n_joints == 4
@@ -130,6 +143,24 @@ BAD: list[tuple[str, Mutation, str, str]] = [
      "is required; is 'griper' a typo?"),
     ("empty joint name", _set("joints.0.name", ""), "joints[0].name",
      "must be a non-empty string"),
+    ("range not a pair", _set("sensors.0.range", [1.0]), "sensors[0].range",
+     "must be [min, max]: 2 finite numbers"),
+    ("range reversed", _set("sensors.1.range", [5.0, -5.0]), "sensors[1].range",
+     "min must be less than max"),
+    ("range not finite", _set("sensors.1.range", [-math.inf, 5.0]), "sensors[1].range",
+     "2 finite numbers"),
+    ("spike window too small", _set("sensors.3.spike_filter.window", 2),
+     "sensors[3].spike_filter.window", ">= 3"),
+    ("spike k zero", _set("sensors.4.spike_filter.k", 0.0), "sensors[4].spike_filter.k",
+     "must be > 0.0"),
+    ("spike ratio above 1", _set("sensors.4.spike_filter.max_ratio", 1.5),
+     "sensors[4].spike_filter.max_ratio", "<= 1.0"),
+    ("spike filter typo", _set("sensors.4.spike_filter.windw", 7),
+     "sensors[4].spike_filter.windw", "did you mean sensors[4].spike_filter.window?"),
+    ("spike filter not a table", _set("sensors.0.spike_filter", 7),
+     "sensors[0].spike_filter", "must be a table"),
+    ("e-stop spike filtered", _set("sensors.5.spike_filter", {"window": 7}),
+     "sensors[5].spike_filter", "never filtered"),
 ]
 
 

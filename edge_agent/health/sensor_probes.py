@@ -1,0 +1,179 @@
+"""Sensor health probes: per channel of the robot description, its freshness and its quality.
+
+Built on `SensorHub`: `snapshot(now)` (per channel freshness, age, prediction, bound) and
+`channel_counts(name)` (samples received, dropped as spikes, invalid, non-finite). A check reads
+them and compares with the previous check: no I/O, no heavy work, one snapshot per round.
+
+- `sensor.<channel>`: fresh, or not. For an `on_loss = "predict"` channel the mode is
+  `sensor_predicted` with the channel as subject — the hub's Kalman estimator stands in for it,
+  up to its bound; past the bound the hub's `sensor_bound` protective stop holds (the probe says
+  so, the stop is not its business). A `stop` channel reports without a mode: its loss is that
+  stop already.
+- `sensor.<channel>.quality` (reports only, no mode: the values are still measured): NaN/inf
+  samples, a value outside the description's `range`, stuck (the value unchanged bit for bit
+  over a whole probe period while samples arrived — a sensor with noise never repeats itself;
+  for a noise-free one only while `moving()` says the joints move), and the spike ratio
+  (dropped / received over the period) above the channel's `spike_filter.max_ratio`.
+
+Fast path: `make_sensor_probes(..., on_failure=...)` registers a hub stale listener — a channel
+that had samples and goes stale calls `on_failure("sensor.<channel>", ...)` inside the control
+thread's next snapshot (within one control tick of the staleness: three of the channel's own
+periods); it must only enqueue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from edge_agent.health.probe import Figure, Probe, ProbeResult
+from edge_agent.robot import RobotDescription, SensorChannel
+from edge_agent.sensors.hub import SensorHub
+from edge_agent.sensors.readings import ChannelCounts, Freshness, Snapshot, Source
+from edge_agent.vocab import DegradationMode
+
+FailureHook = Callable[[str, str, Mapping[str, Figure]], None]
+MIN_SAMPLES_FOR_RATIO = 10  # fewer samples in a period: no spike ratio is judged
+
+
+class _Snapshots:
+    """One hub snapshot per monitor round, shared by every sensor probe."""
+
+    def __init__(self, hub: SensorHub) -> None:
+        self._hub = hub
+        self._last: Snapshot | None = None
+
+    def at(self, now: float) -> Snapshot:
+        snap = self._last
+        if snap is None or snap.t != now:
+            snap = self._last = self._hub.snapshot(now)
+        return snap
+
+
+class _ChannelProbe:
+    def __init__(self, name: str, channel: SensorChannel, mode: DegradationMode | None,
+                 snapshots: _Snapshots) -> None:
+        self._name, self._ch, self._mode, self._snaps = name, channel, mode, snapshots
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def mode(self) -> DegradationMode | None:
+        return self._mode
+
+    @property
+    def subject(self) -> str:
+        return self._ch.name if self._mode is not None else ""
+
+    @property
+    def period_s(self) -> float | None:
+        return None
+
+    def check(self, now: float) -> ProbeResult:
+        try:
+            return self._check(now)
+        except Exception as e:  # a probe never raises: its own failure is a failed check
+            return ProbeResult.error(f"{self._name} probe raised {type(e).__name__}: {e}")
+
+    def _check(self, now: float) -> ProbeResult:
+        raise NotImplementedError
+
+
+class SensorFreshnessProbe(_ChannelProbe):
+    """`sensor.<channel>`: see the module docstring."""
+
+    def __init__(self, channel: SensorChannel, snapshots: _Snapshots) -> None:
+        mode = DegradationMode.SENSOR_PREDICTED if channel.on_loss == "predict" else None
+        super().__init__(f"sensor.{channel.name}", channel, mode, snapshots)
+
+    def _check(self, now: float) -> ProbeResult:
+        snap = self._snaps.at(now)
+        c, ch = snap.channel(self._ch.name), self._ch
+        age_ms = round(c.age_s * 1e3, 1) if math.isfinite(c.age_s) else None
+        figs: dict[str, Figure] = {"channel": ch.name, "age_ms": age_ms,
+                                   "source": c.source.value, "on_loss": ch.on_loss}
+        if c.freshness is Freshness.OK:
+            return ProbeResult.ok("fresh", **figs)
+        if snap.fw_time_s is None:
+            return ProbeResult.warn("no STATUS from the robot yet", **figs)
+        if c.reading is None:
+            return ProbeResult.error("no valid sample since start-up", **figs)
+        if ch.on_loss == "predict" and not c.past_bound:
+            return ProbeResult.error(f"no sample for {age_ms} ms: Kalman-predicted (bound "
+                                     f"{ch.predict_max_s:g} s)", **figs)
+        if ch.on_loss == "predict":
+            return ProbeResult.error(f"no sample for {age_ms} ms: past its {ch.predict_max_s:g} s"
+                                     " prediction bound (the sensor_bound stop)", **figs)
+        return ProbeResult.error(f"no sample for {age_ms} ms (the sensor_bound stop)", **figs)
+
+
+class SensorQualityProbe(_ChannelProbe):
+    """`sensor.<channel>.quality`: see the module docstring."""
+
+    def __init__(self, hub: SensorHub, channel: SensorChannel, snapshots: _Snapshots,
+                 moving: Callable[[], bool] | None = None) -> None:
+        super().__init__(f"sensor.{channel.name}.quality", channel, None, snapshots)
+        self._hub = hub
+        self._moving = moving
+        self._prev: ChannelCounts | None = None
+        self._prev_value: tuple[float, ...] | None = None
+
+    def _check(self, now: float) -> ProbeResult:
+        ch = self._ch
+        snap = self._snaps.at(now)
+        c = snap.channel(ch.name)
+        counts = self._hub.channel_counts(ch.name)
+        prev = self._prev or ChannelCounts(0, 0, 0, 0)
+        self._prev = counts
+        received = counts.received - prev.received
+        spikes = counts.spikes_rejected - prev.spikes_rejected
+        nonfinite = counts.nonfinite - prev.nonfinite
+        figs: dict[str, Figure] = {"channel": ch.name, "received": received,
+                                   "spikes_rejected": spikes, "nonfinite": nonfinite,
+                                   "invalid": counts.invalid - prev.invalid}
+        problems: list[str] = []
+        if nonfinite:
+            problems.append(f"{nonfinite} NaN/inf samples")
+        if ch.spike_window and received >= MIN_SAMPLES_FOR_RATIO:
+            ratio = spikes / received
+            figs["spike_ratio"] = round(ratio, 4)
+            if ratio > ch.spike_max_ratio:
+                problems.append(f"{ratio:.0%} of samples dropped as spikes (max "
+                                f"{ch.spike_max_ratio:.0%})")
+        r = c.reading
+        value = r.value if r is not None and r.source is Source.MEASURED else None
+        if value is not None and ch.value_range is not None:
+            lo, hi = ch.value_range
+            out = [v for v in value if not lo <= v <= hi]
+            if out:
+                problems.append(f"value {out[0]:g} outside its range [{lo:g}, {hi:g}]")
+        prev_value, self._prev_value = self._prev_value, value
+        if (value is not None and value == prev_value and received > 0
+                and (ch.noise_std > 0 or (self._moving is not None and self._moving()))):
+            problems.append("stuck: the same value over a whole probe period")
+        if problems:
+            return ProbeResult.error("; ".join(problems), **figs)
+        return ProbeResult.ok("plausible", **figs)
+
+
+def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None, *,
+                       on_failure: FailureHook | None = None,
+                       moving: Callable[[], bool] | None = None) -> list[Probe]:
+    """Two probes per channel of `robot` (see the module docstring); `cfg` (the Config) is
+    accepted for the monitor's uniform call and not needed: each channel's bounds are in the
+    description."""
+    snaps = _Snapshots(hub)
+    probes: list[Probe] = []
+    for ch in robot.sensors:
+        probes.append(SensorFreshnessProbe(ch, snaps))
+        probes.append(SensorQualityProbe(hub, ch, snaps, moving))
+    if on_failure is not None:
+        def stale(names: tuple[str, ...], now: float) -> None:
+            for n in names:
+                on_failure(f"sensor.{n}", f"{n} went stale: no valid sample for "
+                           "the hub's staleness bound", {"channel": n})
+        hub.add_stale_listener(stale)
+    return probes

@@ -1,0 +1,184 @@
+"""Sensor health probes on the real SensorHub fed with real codec frames (encoded, decoded)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_agent.health.probe import Level, Probe
+from edge_agent.health.sensor_probes import make_sensor_probes
+from edge_agent.link.codec import FrameDecoder, Sensor, Status, StatusFlag, encode
+from edge_agent.robot import load_robot
+from edge_agent.sensors.hub import SensorHub
+from edge_agent.vocab import DegradationMode
+
+ROBOT = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml")
+OBJECT = ROBOT.sensor_channel_id("object_pose")
+CONTROL_PERIOD_S = 1 / 200  # control.rate_hz default
+
+
+class Rig:
+    """A hub, its probes, and a robot streaming STATUS at 1 kHz and the camera at 30 Hz, with
+    noise (a live sensor never repeats itself), through the real codec."""
+
+    def __init__(self) -> None:
+        self.hub = SensorHub(ROBOT)
+        self.failures: list[tuple[str, str, Mapping[str, Any]]] = []
+        self.probes = {p.name: p for p in make_sensor_probes(
+            self.hub, ROBOT, None, on_failure=lambda *a: self.failures.append(a))}
+        self.rng = random.Random(3)
+        self.k = 0
+        self.t = 10.0
+        self.dec = FrameDecoder()
+        self.seq = 0
+
+    def status(self, **change: Any) -> Status:
+        g = self.rng.gauss
+        s = Status(fw_time_us=1_000 * self.k,
+                   flags=StatusFlag.DRIVES_ENABLED | StatusFlag.SESSION_OPEN,
+                   last_cmd_seq=self.k % 65536,
+                   q=tuple(v + g(0, 1e-4) for v in (0.1, 1.2, -1.9, -0.87)),
+                   dq=(0.0, 0.0, 0.0, 0.0),
+                   current=tuple(v + g(0, 0.02) for v in (0.1, 0.2, 0.3, 0.4)),
+                   gripper_pos=0.04 + g(0, 1e-4), gripper_current=0.5,
+                   gripper_force=3.0 + g(0, 0.05))
+        return dataclasses.replace(s, **change)
+
+    def feed(self, msg: object) -> None:
+        frames = self.dec.feed(encode(msg, self.seq % 65536))  # type: ignore[arg-type]
+        self.seq += 1
+        for f in frames:
+            self.hub.update(f.msg, self.t)
+
+    def run(self, seconds: float, camera: bool = True, pose: tuple[float, ...] = (0.3, 0.1, 0.02),
+            **change: Any) -> None:
+        """Stream for `seconds` (1 ms steps); `change` overrides STATUS fields."""
+        for _ in range(round(seconds * 1000)):
+            self.k += 1
+            self.t += 0.001
+            self.feed(self.status(**change))
+            if camera and self.k % 33 == 0:
+                self.feed(Sensor(1_000 * self.k, OBJECT, True,
+                                 tuple(v + self.rng.gauss(0, 0.002) for v in pose)))
+
+    def check(self, name: str) -> Any:
+        return self.probes[name].check(self.t)
+
+
+def test_two_probes_per_channel_with_the_right_modes() -> None:
+    probes = make_sensor_probes(SensorHub(ROBOT), ROBOT)
+    assert len(probes) == 2 * len(ROBOT.sensors)
+    by = {p.name: p for p in probes}
+    for ch in ROBOT.sensors:
+        fresh: Probe = by[f"sensor.{ch.name}"]
+        quality: Probe = by[f"sensor.{ch.name}.quality"]
+        if ch.on_loss == "predict":
+            assert fresh.mode is DegradationMode.SENSOR_PREDICTED and fresh.subject == ch.name
+        else:
+            assert fresh.mode is None and fresh.subject == ""
+        assert quality.mode is None and fresh.period_s is None and quality.period_s is None
+
+
+def test_a_healthy_stream_is_ok_everywhere() -> None:
+    rig = Rig()
+    rig.run(0.5)
+    for p in rig.probes.values():
+        p.check(rig.t)  # the first quality check only sets its baseline
+    rig.run(0.5)
+    results = {n: p.check(rig.t) for n, p in rig.probes.items()}
+    assert all(r.level is Level.OK for r in results.values()), {
+        n: r for n, r in results.items() if r.level is not Level.OK}
+    assert rig.failures == []
+    assert results["sensor.wrist_force.quality"].figures["spike_ratio"] == 0.0
+
+
+def test_camera_dropout_is_predicted_within_its_bound_then_past_it() -> None:
+    rig = Rig()
+    rig.run(0.5)
+    rig.run(0.2, camera=False)  # STATUS goes on, the camera is gone
+    r = rig.check("sensor.object_pose")
+    assert r.failed and "Kalman-predicted" in r.message and r.figures["source"] == "predicted"
+    assert [f[0] for f in rig.failures] == ["sensor.object_pose"]  # the fast path, once
+    rig.run(1.0, camera=False)
+    r = rig.check("sensor.object_pose")
+    assert r.failed and "past its 1 s prediction bound" in r.message
+    rig.run(0.1)
+    assert rig.check("sensor.object_pose").level is Level.OK
+
+
+def test_sensor_loss_is_seen_within_three_control_ticks() -> None:
+    """Wrist force goes NaN (the rig's dropout of a STATUS channel); the control thread's
+    snapshot each tick is what tells the fast path."""
+    rig = Rig()
+    rig.run(0.3)
+    assert rig.hub.snapshot(rig.t).ok and rig.failures == []
+    lost_at = rig.t
+    ticks = 0
+    while not rig.failures:
+        rig.run(CONTROL_PERIOD_S, gripper_force=math.nan)
+        rig.hub.snapshot(rig.t)  # one control tick
+        ticks += 1
+        assert ticks <= 3, "not seen within 3 control ticks"
+    name, _, figs = rig.failures[0]
+    assert name == "sensor.wrist_force" and figs["channel"] == "wrist_force"
+    assert rig.t - lost_at <= 3 * CONTROL_PERIOD_S + 1e-9
+    r = rig.check("sensor.wrist_force")
+    assert r.failed and "Kalman-predicted" in r.message  # inside its 0.5 s bound
+    q = rig.check("sensor.wrist_force.quality")
+    assert q.failed and "NaN/inf samples" in q.message
+
+
+def test_a_lost_stop_channel_reports_without_a_mode() -> None:
+    rig = Rig()
+    rig.run(0.2)
+    rig.run(0.05, current=(math.nan,) * 4)
+    r = rig.check("sensor.joint_currents")
+    assert r.failed and "sensor_bound stop" in r.message
+    assert rig.probes["sensor.joint_currents"].mode is None
+
+
+def test_a_stuck_encoder_is_reported() -> None:
+    rig = Rig()
+    rig.run(0.2)
+    rig.check("sensor.joint_encoders.quality")
+    frozen = (0.1, 1.2, -1.9, -0.87)
+    rig.run(0.3, q=frozen, dq=(0.0,) * 4)  # the rig's `stuck`: q held, dq zero
+    rig.check("sensor.joint_encoders.quality")
+    rig.run(0.3, q=frozen, dq=(0.0,) * 4)
+    r = rig.check("sensor.joint_encoders.quality")
+    assert r.failed and "stuck" in r.message
+    rig.run(0.3)
+    assert rig.check("sensor.joint_encoders.quality").level is Level.OK
+
+
+def test_a_spike_storm_is_reported_from_the_spike_ratio() -> None:
+    rig = Rig()
+    rig.run(0.3)
+    rig.check("sensor.wrist_force.quality")
+    for i in range(300):  # every fourth sample a 40 N outlier: 25 % > max_ratio 20 %
+        rig.run(0.001, gripper_force=3.0 + rig.rng.gauss(0, 0.05) + (40.0 if i % 4 == 0
+                                                                       else 0.0))
+    r = rig.check("sensor.wrist_force.quality")
+    assert r.failed and "dropped as spikes" in r.message
+    assert r.figures["spike_ratio"] == 0.25 and r.figures["received"] == 300
+    assert rig.check("sensor.wrist_force").level is Level.OK  # still measured: no mode
+
+
+def test_a_value_out_of_range_is_reported() -> None:
+    rig = Rig()
+    rig.run(0.3, pose=(1.5, 0.0, 0.02))  # 1.5 m from the base: out of the arm's reach
+    r = rig.check("sensor.object_pose.quality")
+    assert r.failed and "outside its range [-1, 1]" in r.message
+
+
+@pytest.mark.parametrize("channel", [c.name for c in ROBOT.sensors])
+def test_probes_never_raise_before_any_frame(channel: str) -> None:
+    probes = {p.name: p for p in make_sensor_probes(SensorHub(ROBOT), ROBOT)}
+    assert probes[f"sensor.{channel}"].check(1.0).level is Level.WARN  # no STATUS yet
+    assert probes[f"sensor.{channel}.quality"].check(1.0).level is Level.OK
