@@ -131,8 +131,8 @@ class Executor:
 
     @property
     def object_estimate(self) -> Vec3 | None:
-        """The camera's object pose averaged over its last distinct samples."""
-        return self._in.object.estimate()
+        """The camera's object pose now (`ObjectEstimate.current`: measured or predicted)."""
+        return self._in.object.current()
 
     @property
     def object_samples(self) -> int:
@@ -168,6 +168,8 @@ class Executor:
         pose = snapshot.object_pose
         if pose is not None and pose.source is Source.MEASURED:
             inp.object.add(pose.value, pose.t_fw, pose.t_host)
+        # a camera dropout inside its bound: the hub's Kalman prediction stands in for it
+        inp.object.predicted = pose.value if pose and pose.source is Source.PREDICTED else None
         inp.predicted = snapshot.q_source is Source.PREDICTED
         self._conditions.update(now, snapshot)  # sensor_bound, a collision's overcurrent
         ls = self.latch.state
@@ -277,7 +279,7 @@ class Executor:
             return CommandResult.refuse(ErrorCode.REFUSED, "a part is held above the table; "
                                         "set it down (manual mode) first")
         try:
-            obj = vec3(object_xyz) if object_xyz is not None else self._in.object.estimate()
+            obj = vec3(object_xyz) if object_xyz is not None else self._in.object.current()
             if obj is None:
                 return CommandResult.refuse(ErrorCode.REFUSED,
                                             "no object pose: no camera estimate, none given")

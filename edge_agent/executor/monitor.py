@@ -123,6 +123,9 @@ class ObjectEstimate:
             maxlen=max_samples)
         self._last_t: float | None = None
         self._sum = [0.0, 0.0, 0.0]
+        # The hub's Kalman-predicted pose while the camera is lost inside its bound (the
+        # executor's tick sets it, None otherwise): `current()` prefers it to the mean.
+        self.predicted: Sequence[float] | None = None
 
     def add(self, pose: Sequence[float], sample_t: float, arrived_t: float = math.nan) -> None:
         """One camera sample, its (firmware) sample time and its (host) arrival time; repeats
@@ -157,6 +160,14 @@ class ObjectEstimate:
         if n == 0:
             return None
         return (self._sum[0] / n, self._sum[1] / n, self._sum[2] / n)
+
+    def current(self) -> tuple[float, float, float] | None:
+        """The pose now: the predicted one during a camera dropout inside its bound, else the
+        mean of the last distinct samples."""
+        p = self.predicted
+        if p is not None and len(p) >= 3 and all(math.isfinite(v) for v in p[:3]):
+            return (float(p[0]), float(p[1]), float(p[2]))
+        return self.estimate()
 
     def last_arrival(self) -> float | None:
         """Host time the newest distinct sample arrived (None before the first)."""
