@@ -238,3 +238,40 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
     finally:
         d.stop()
         server.stop()
+
+
+@needs_server
+def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -> None:
+    """failure.inject over the daemon's control socket: `triton down` makes the real Triton
+    client see the server unreachable for duration_s (the local model is preferred meanwhile,
+    Triton again after); `gpu fail` on a CPU-only configuration is refused and says why."""
+    from daemon_proc import DaemonProc
+    from mosquitto import wait_until
+
+    trained = ROOT / "models" / "pick-place-policy.onnx"
+    server = TritonServer(trained, tmp_path / "triton.log")
+    server.start()
+    d = DaemonProc(tmp_path, None, extra=(f"inference.triton_url={server.url}",
+                                          f"inference.model={trained}")).start()
+    try:
+        server.wait_ready(60.0)
+        d.wait_ready()
+
+        def preferred() -> Any:
+            return (d.socket_cmd("status")["result"]["inference"] or {}).get("preferred_ready")
+
+        wait_until(lambda: preferred() == "triton", 60, "triton ready")
+        r = d.socket_cmd("failure.inject", {"target": "triton", "mode": "down"})
+        assert not r["ok"] and "needs duration_s" in r["error"]["message"], r
+        r = d.socket_cmd("failure.inject", {"target": "triton", "mode": "down",
+                                            "duration_s": 3.0})
+        assert r["ok"], r
+        assert r["result"]["injected"]["effect"] == f"{server.url} unreachable for 3 s"
+        wait_until(lambda: preferred() == "local", 30, "the local model preferred")
+        wait_until(lambda: preferred() == "triton", 60, "triton back after 3 s")
+        r = d.socket_cmd("failure.inject", {"target": "gpu", "mode": "fail", "duration_s": 5})
+        assert not r["ok"] and r["error"]["code"] == "refused", r
+        assert "asks for no GPU" in r["error"]["message"]
+    finally:
+        d.stop()
+        server.stop()
