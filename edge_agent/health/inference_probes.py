@@ -140,20 +140,22 @@ class LocalModelProbe(_Probe):
         self._router = router
 
     def _check(self, now: float) -> ProbeResult:
-        local, cached = self._router.backend("local"), self._router.backend("cached")
-        in_use = self._router.backend_in_use
-        figs: dict[str, Figure] = {"backend_in_use": in_use,
-                                   "local_ready": local is not None and local.ready(),
-                                   "cached_ready": cached is not None and cached.ready()}
+        router = self._router
+        local = router.backend("local")
+        in_use, preferred = router.backend_in_use, router.preferred_ready()
+        figs: dict[str, Figure] = {"backend_in_use": in_use, "preferred_ready": preferred,
+                                   "local_ready": local is not None and local.ready()}
         if local is None:
             return ProbeResult.ok("no local model configured", **figs)
-        if local.ready() and in_use != "cached":
+        if in_use == "cached" or preferred == "cached":
+            why = ("the current model is not loaded" if not local.ready() else
+                   "the current model's answers are unusable (errors, NaN or late)")
+            return ProbeResult.error(f"{why}: the last-known-good model decides", **figs)
+        if local.ready():
             return ProbeResult.ok("the current model is usable", **figs)
-        if cached is None or not cached.ready():
-            return ProbeResult.warn("no model usable (see policy.model)", **figs)
-        why = ("the current model is not loaded" if not local.ready() else
-               "the current model's answers are unusable (errors, NaN or late)")
-        return ProbeResult.error(f"{why}: the last-known-good model decides", **figs)
+        if preferred == "triton":
+            return ProbeResult.warn("the current model is not loaded; Triton decides", **figs)
+        return ProbeResult.warn("no model usable (see policy.model)", **figs)
 
 
 class ModelProbe(_Probe):
