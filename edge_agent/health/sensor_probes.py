@@ -101,12 +101,13 @@ class SensorFreshnessProbe(_ChannelProbe):
             return ProbeResult.warn("no STATUS from the robot yet", **figs)
         if c.reading is None:
             return ProbeResult.error("no valid sample since start-up", **figs)
-        if ch.on_loss == "predict" and not c.past_bound:
+        if ch.on_loss == "predict" and not (c.past_bound or c.lost):
             return ProbeResult.error(f"no sample for {age_ms} ms: Kalman-predicted (bound "
                                      f"{ch.predict_max_s:g} s)", **figs)
         if ch.on_loss == "predict":
-            return ProbeResult.error(f"no sample for {age_ms} ms: past its {ch.predict_max_s:g} s"
-                                     " prediction bound (the sensor_bound stop)", **figs)
+            return ProbeResult.error(f"no sample for {age_ms} ms: past its prediction bound "
+                                     f"({ch.predict_max_s:g} s, or its std bound; the "
+                                     "sensor_bound stop)", **figs)
         return ProbeResult.error(f"no sample for {age_ms} ms (the sensor_bound stop)", **figs)
 
 

@@ -77,6 +77,7 @@ class TritonBackend:
         self._outage_until = 0.0  # failure.inject triton down: unreachable until then
         self._width: int | None = None  # the model's input width (rows sent, or its metadata)
         self.health: TritonHealth | None = None
+        self._health_pending = False
         self.last_error: str | None = None
         self.requests = 0
         self.failures = 0
@@ -127,6 +128,10 @@ class TritonBackend:
         """Ask the worker for a fresh `health` sample (never blocks); False when not running."""
         if self._thread is None or self._stopped:
             return False
+        with self._lock:
+            if self._health_pending:  # one at a time: a hung server must not pile them up
+                return True
+            self._health_pending = True
         self._q.put(_HEALTH)
         return True
 
@@ -230,6 +235,7 @@ class TritonBackend:
         except Exception as e:
             error = _short(e)
         self.health = TritonHealth(time.monotonic(), live, ready, model, latency, error)
+        self._health_pending = False
 
     def _infer(self, grpcclient: Any, np: Any, ticket: Ticket, row: tuple[float, ...]) -> bool:
         self.requests += 1
