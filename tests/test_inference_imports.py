@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("onnxruntime", "tritonclient", "numpy", "grpc", "onnx", "scipy")
+HEAVY = ("onnxruntime", "tritonclient", "numpy", "grpc", "onnx", "scipy", "pynvml", "filterpy")
 MODULES = ("edge_agent.inference.router", "edge_agent.inference.assembly",
            "edge_agent.inference.backend", "edge_agent.inference.onnx_backend",
            "edge_agent.inference.triton_backend", "edge_agent.inference.model_cache",
-           "edge_agent.inference.model_card", "edge_agent.inference.providers")
+           "edge_agent.inference.model_card", "edge_agent.inference.providers",
+           "edge_agent.inference.gpu_stats", "edge_agent.health.inference_probes",
+           "edge_agent.health.sensor_probes")
 
 
 def _imported_after(code: str) -> list[str]:
