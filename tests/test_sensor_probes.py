@@ -134,6 +134,18 @@ def test_sensor_loss_is_seen_within_three_control_ticks() -> None:
     assert q.failed and "NaN/inf samples" in q.message
 
 
+def test_a_stalled_host_is_not_a_sensor_loss_for_the_fast_path() -> None:
+    """No frame read for 100 ms (a VM stall, or the link went silent): every channel is stale
+    in host time, none in the firmware's; the fast path stays quiet."""
+    rig = Rig()
+    rig.run(0.3)
+    rig.t += 0.1
+    snap = rig.hub.snapshot(rig.t)
+    assert set(snap.stale) >= {"joint_encoders", "wrist_force"} and rig.failures == []
+    rig.run(0.01)  # frames again (the camera's next one may be up to 33 ms away)
+    assert "joint_encoders" not in rig.hub.snapshot(rig.t).stale and rig.failures == []
+
+
 def test_a_lost_stop_channel_reports_without_a_mode() -> None:
     rig = Rig()
     rig.run(0.2)

@@ -306,8 +306,10 @@ class SensorHub:
         return ChannelCounts(received, self._spiked[i], self._invalid[i], self._nonfinite[i])
 
     def add_stale_listener(self, listener: StaleListener) -> None:
-        """Call `listener(channels, now)` when channels that had samples go stale (the health
-        monitor's fast path). It runs inside `snapshot`, on the control thread: only enqueue."""
+        """Call `listener(channels, now)` when channels that had samples go stale — in host
+        time and in the firmware's (the robot kept reporting without them: a stalled host or a
+        silent link tells nothing). The health monitor's fast path; it runs inside `snapshot`,
+        on the control thread: only enqueue."""
         self._stale_listeners = (*self._stale_listeners, listener)
 
     # ------------------------------------------------------------------ reader side
@@ -330,7 +332,7 @@ class SensorHub:
         fw_now = st.status.fw_time_us * 1e-6 if st.status is not None else None
         statuses: dict[str, ChannelStatus] = {}
         stale: list[str] = []
-        went: list[str] = []  # stale now, with a sample before (for the stale listeners)
+        went: list[str] = []  # stale, with a sample before (the stale listeners)
         past: list[str] = []
         for i, ch in enumerate(self._channels):
             r = st.readings[i]
@@ -341,7 +343,8 @@ class SensorHub:
             else:
                 fresh = Freshness.STALE
                 stale.append(ch.name)
-                if r is not None:
+                # gone in the firmware's time too (a stalled host or a silent link is not)
+                if r is not None and fw_now is not None and fw_now - r.t_fw > self._stale_s[i]:
                     went.append(ch.name)
                 est = st.estimates[i]
                 if ch.on_loss == "predict":
