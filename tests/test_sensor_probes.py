@@ -142,6 +142,8 @@ def test_a_stalled_host_is_not_a_sensor_loss_for_the_fast_path() -> None:
     rig.t += 0.1
     snap = rig.hub.snapshot(rig.t)
     assert set(snap.stale) >= {"joint_encoders", "wrist_force"} and rig.failures == []
+    r = rig.check("sensor.wrist_force")
+    assert r.level is Level.WARN and "the host or the link is late" in r.message
     rig.run(0.01)  # frames again (the camera's next one may be up to 33 ms away)
     assert "joint_encoders" not in rig.hub.snapshot(rig.t).stale and rig.failures == []
 

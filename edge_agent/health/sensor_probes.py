@@ -85,9 +85,10 @@ class _ChannelProbe:
 class SensorFreshnessProbe(_ChannelProbe):
     """`sensor.<channel>`: see the module docstring."""
 
-    def __init__(self, channel: SensorChannel, snapshots: _Snapshots) -> None:
+    def __init__(self, channel: SensorChannel, snapshots: _Snapshots, stale_s: float) -> None:
         mode = DegradationMode.SENSOR_PREDICTED if channel.on_loss == "predict" else None
         super().__init__(f"sensor.{channel.name}", channel, mode, snapshots)
+        self._stale_s = stale_s
 
     def _check(self, now: float) -> ProbeResult:
         snap = self._snaps.at(now)
@@ -101,6 +102,9 @@ class SensorFreshnessProbe(_ChannelProbe):
             return ProbeResult.warn("no STATUS from the robot yet", **figs)
         if c.reading is None:
             return ProbeResult.error("no valid sample since start-up", **figs)
+        if snap.fw_time_s - c.reading.t_fw <= self._stale_s:  # the robot sent nothing newer
+            return ProbeResult.warn(f"no frame for {age_ms} ms: the host or the link is late, "
+                                    "the channel is not", **figs)
         if ch.on_loss == "predict" and not (c.past_bound or c.lost):
             return ProbeResult.error(f"no sample for {age_ms} ms: Kalman-predicted (bound "
                                      f"{ch.predict_max_s:g} s)", **figs)
@@ -168,8 +172,8 @@ def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None,
     description."""
     snaps = _Snapshots(hub)
     probes: list[Probe] = []
-    for ch in robot.sensors:
-        probes.append(SensorFreshnessProbe(ch, snaps))
+    for ch, stale_s in zip(robot.sensors, hub.stale_s, strict=True):
+        probes.append(SensorFreshnessProbe(ch, snaps, stale_s))
         probes.append(SensorQualityProbe(hub, ch, snaps, moving))
     if on_failure is not None:
         def stale(names: tuple[str, ...], now: float) -> None:

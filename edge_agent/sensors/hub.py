@@ -124,7 +124,8 @@ class SensorHub:
                                   src)
         if stale_periods <= 0 or estimator_rate_hz <= 0:
             raise ValueError("stale_periods and estimator_rate_hz must be > 0")
-        self._stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
+        # per channel (description order): stale after this long without a sample
+        self.stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
         self._spike = spike_filters(robot, spike_filtered, spike_k, spike_window)
         self._min_est_dt = 1.0 / estimator_rate_hz
         self._first_fw: float | None = None  # firmware time of the first STATUS (s)
@@ -338,13 +339,13 @@ class SensorHub:
             r = st.readings[i]
             age = now - r.t_host if r is not None else math.inf
             past_bound = lost = False
-            if age <= self._stale_s[i]:
+            if age <= self.stale_s[i]:
                 fresh = Freshness.OK
             else:
                 fresh = Freshness.STALE
                 stale.append(ch.name)
                 # gone in the firmware's time too (a stalled host or a silent link is not)
-                if r is not None and fw_now is not None and fw_now - r.t_fw > self._stale_s[i]:
+                if r is not None and fw_now is not None and fw_now - r.t_fw > self.stale_s[i]:
                     went.append(ch.name)
                 est = st.estimates[i]
                 if ch.on_loss == "predict":
@@ -389,7 +390,7 @@ class SensorHub:
         if fw_age < 0:  # the firmware restarted since that sample: its clock began again
             fw_age = host_age
         if ch.on_loss == "stop":
-            return fw_age > self._stale_s[i] + ch.latency_s
+            return fw_age > self.stale_s[i] + ch.latency_s
         if fw_age > ch.predict_max_s:
             return True
         if ch.predict_max_std > 0 and est is not None and est.measured:
