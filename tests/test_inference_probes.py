@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,8 @@ from edge_agent.health.inference_probes import (
     RemotePolicyProbe,
     make_inference_probes,
 )
-from edge_agent.health.probe import Level
-from edge_agent.inference.backend import EventBus
+from edge_agent.health.probe import EventAware, Level
+from edge_agent.inference.backend import EventBus, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.providers import CPU
 from edge_agent.inference.router import PolicyRouter
@@ -57,14 +57,11 @@ def cfg(tmp_path: Path) -> Config:
     return load(tmp_path, {"health": {"recover_after": "3"}, "inference": {"deadline_ms": "50"}})
 
 
-class Failures:
-    """The monitor's fast-path hook: records (probe, message, figures)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, Mapping[str, Any]]] = []
-
-    def __call__(self, probe: str, message: str, figures: Mapping[str, Any]) -> None:
-        self.calls.append((probe, message, figures))
+def _fast_fails(probes: dict[str, Any], events: list[InferenceEvent]) -> list[tuple[str, str]]:
+    """What the monitor's event tap would fail at once: (probe, message) per published event
+    (the daemon publishes each inference event's as_dict())."""
+    return [(name, why) for ev in events for name, p in probes.items()
+            if (why := p.fails_on(ev.as_dict()))]
 
 
 def _router(local: OnnxBackend, cached: OnnxBackend, bus: EventBus,
@@ -76,15 +73,16 @@ def _router(local: OnnxBackend, cached: OnnxBackend, bus: EventBus,
 
 def test_gpu_probe_degrades_on_a_gpu_fault_and_brings_the_gpu_back(tmp_path: Path,
                                                                     cfg: Config) -> None:
-    gpu, bus = FakeGpu(), EventBus()
+    events: list[InferenceEvent] = []
+    gpu, bus = FakeGpu(), EventBus(events.append)
     model = make_policy(tmp_path)
     local = OnnxBackend("local", model, [CUDA, CPU], bus, session_factory=gpu)
     cached = OnnxBackend("cached", model, [CPU], bus)
     assert local.load() and cached.load()
     router = _router(local, cached, bus)
-    failures = Failures()
-    probes = {p.name: p for p in make_inference_probes(router, cfg, failures)}
-    assert set(probes) == {"gpu", "policy.local", "policy.model"}
+    probes: dict[str, Any] = {p.name: p for p in make_inference_probes(router, cfg)}
+    assert all(isinstance(p, EventAware) for p in probes.values())
+    assert set(probes) == {"gpu", "policy:local", "policy:model"}
     probe = probes["gpu"]
     assert probe.mode is DegradationMode.CPU_INFERENCE and probe.period_s is None
     r = probe.check(time.monotonic())
@@ -92,8 +90,8 @@ def test_gpu_probe_degrades_on_a_gpu_fault_and_brings_the_gpu_back(tmp_path: Pat
     assert "gpu" in r.figures  # NVML's answer (here: none, and why)
     gpu.broken = True
     assert router.decide(observations(1)[0]) is not None  # falls through: nothing dropped
-    assert failures.calls and failures.calls[0][0] == "gpu"  # the fast path, at once
-    assert "CUDA failure" in failures.calls[0][1]
+    fast = _fast_fails(probes, events)  # the fast path: gpu_failed fails `gpu` at once
+    assert [n for n, _ in fast] == ["gpu"] and "CUDA failure" in fast[0][1]
     assert local.wait_ready(30.0) and not local.on_gpu
     for _ in range(3):  # the GPU is still broken: every check fails
         assert probe.check(time.monotonic()).failed
@@ -173,7 +171,8 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
 @needs_server
 def test_remote_policy_probe_against_a_real_triton(triton: TritonServer, tmp_path: Path,
                                                    cfg: Config) -> None:
-    bus = EventBus()
+    events: list[InferenceEvent] = []
+    bus = EventBus(events.append)
     model = make_policy(tmp_path)
     remote = TritonBackend("triton", triton.url, "policy", bus, request_timeout_s=0.5,
                            ready_period_s=0.2)
@@ -181,10 +180,9 @@ def test_remote_policy_probe_against_a_real_triton(triton: TritonServer, tmp_pat
                                                                           bus)
     assert local.load() and cached.load()
     router = _router(local, cached, bus, remote)
-    failures = Failures()
-    probes = {p.name: p for p in make_inference_probes(router, cfg, failures)}
-    assert isinstance(probes["remote_policy"], RemotePolicyProbe)
-    assert probes["remote_policy"].mode is DegradationMode.REMOTE_POLICY_LOST
+    probes: dict[str, Any] = {p.name: p for p in make_inference_probes(router, cfg)}
+    assert isinstance(probes["triton"], RemotePolicyProbe)
+    assert probes["triton"].mode is DegradationMode.REMOTE_POLICY_LOST
     # the checks below against 150 ms (the config caps deadline_ms at the 50 ms decision
     # period; a loaded test machine needs the margin)
     probe = RemotePolicyProbe(remote, 0.15)
@@ -213,7 +211,7 @@ def test_remote_policy_probe_against_a_real_triton(triton: TritonServer, tmp_pat
         assert _until(lambda: not remote.ready())
         r = probe.check(time.monotonic())
         assert r.failed and "unreachable or not ready" in r.message
-        assert any(c[0] == "remote_policy" for c in failures.calls)
+        assert "triton" in [n for n, _ in _fast_fails(probes, events)]
         triton.start()
         assert remote.wait_ready(60.0)
         assert _until(lambda: probe.check(time.monotonic()).level is Level.OK)

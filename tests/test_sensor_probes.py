@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,11 @@ from typing import Any
 import pytest
 
 from edge_agent.health.probe import Level, Probe
-from edge_agent.health.sensor_probes import make_sensor_probes
+from edge_agent.health.sensor_probes import make_sensor_probes, watch_stale
 from edge_agent.link.codec import FrameDecoder, Sensor, Status, StatusFlag, encode
 from edge_agent.robot import load_robot
 from edge_agent.sensors.hub import SensorHub
-from edge_agent.vocab import DegradationMode
+from edge_agent.vocab import DegradationMode, EventType
 
 ROBOT = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml")
 OBJECT = ROBOT.sensor_channel_id("object_pose")
@@ -29,9 +30,12 @@ class Rig:
 
     def __init__(self) -> None:
         self.hub = SensorHub(ROBOT)
+        # the stale listener's calls, as the control thread makes them (the watch's thread
+        # hands them to the monitor; test_watch_stale_hands_channels_to_fail_now covers it)
         self.failures: list[tuple[str, str, Mapping[str, Any]]] = []
-        self.probes = {p.name: p for p in make_sensor_probes(
-            self.hub, ROBOT, None, on_failure=lambda *a: self.failures.append(a))}
+        self.hub.add_stale_listener(lambda names, now: self.failures.extend(
+            (f"sensor:{n}", "stale", {"channel": n}) for n in names))
+        self.probes = {p.name: p for p in make_sensor_probes(self.hub, ROBOT, None)}
         self.rng = random.Random(3)
         self.k = 0
         self.t = 10.0
@@ -76,8 +80,8 @@ def test_two_probes_per_channel_with_the_right_modes() -> None:
     assert len(probes) == 2 * len(ROBOT.sensors)
     by = {p.name: p for p in probes}
     for ch in ROBOT.sensors:
-        fresh: Probe = by[f"sensor.{ch.name}"]
-        quality: Probe = by[f"sensor.{ch.name}.quality"]
+        fresh: Probe = by[f"sensor:{ch.name}"]
+        quality: Probe = by[f"sensor:{ch.name}:quality"]
         if ch.on_loss == "predict":
             assert fresh.mode is DegradationMode.SENSOR_PREDICTED and fresh.subject == ch.name
         else:
@@ -95,21 +99,21 @@ def test_a_healthy_stream_is_ok_everywhere() -> None:
     assert all(r.level is Level.OK for r in results.values()), {
         n: r for n, r in results.items() if r.level is not Level.OK}
     assert rig.failures == []
-    assert results["sensor.wrist_force.quality"].figures["spike_ratio"] == 0.0
+    assert results["sensor:wrist_force:quality"].figures["spike_ratio"] == 0.0
 
 
 def test_camera_dropout_is_predicted_within_its_bound_then_past_it() -> None:
     rig = Rig()
     rig.run(0.5)
     rig.run(0.2, camera=False)  # STATUS goes on, the camera is gone
-    r = rig.check("sensor.object_pose")
+    r = rig.check("sensor:object_pose")
     assert r.failed and "Kalman-predicted" in r.message and r.figures["source"] == "predicted"
-    assert [f[0] for f in rig.failures] == ["sensor.object_pose"]  # the fast path, once
+    assert [f[0] for f in rig.failures] == ["sensor:object_pose"]  # the fast path, once
     rig.run(1.0, camera=False)
-    r = rig.check("sensor.object_pose")
+    r = rig.check("sensor:object_pose")
     assert r.failed and "past its prediction bound (1 s" in r.message
     rig.run(0.1)
-    assert rig.check("sensor.object_pose").level is Level.OK
+    assert rig.check("sensor:object_pose").level is Level.OK
 
 
 def test_sensor_loss_is_seen_within_three_control_ticks() -> None:
@@ -126,11 +130,11 @@ def test_sensor_loss_is_seen_within_three_control_ticks() -> None:
         ticks += 1
         assert ticks <= 3, "not seen within 3 control ticks"
     name, _, figs = rig.failures[0]
-    assert name == "sensor.wrist_force" and figs["channel"] == "wrist_force"
+    assert name == "sensor:wrist_force" and figs["channel"] == "wrist_force"
     assert rig.t - lost_at <= 3 * CONTROL_PERIOD_S + 1e-9
-    r = rig.check("sensor.wrist_force")
+    r = rig.check("sensor:wrist_force")
     assert r.failed and "Kalman-predicted" in r.message  # inside its 0.5 s bound
-    q = rig.check("sensor.wrist_force.quality")
+    q = rig.check("sensor:wrist_force:quality")
     assert q.failed and "NaN/inf samples" in q.message
 
 
@@ -142,7 +146,7 @@ def test_a_stalled_host_is_not_a_sensor_loss_for_the_fast_path() -> None:
     rig.t += 0.1
     snap = rig.hub.snapshot(rig.t)
     assert set(snap.stale) >= {"joint_encoders", "wrist_force"} and rig.failures == []
-    r = rig.check("sensor.wrist_force")
+    r = rig.check("sensor:wrist_force")
     assert r.level is Level.WARN and "the host or the link is late" in r.message
     rig.run(0.01)  # frames again (the camera's next one may be up to 33 ms away)
     assert "joint_encoders" not in rig.hub.snapshot(rig.t).stale and rig.failures == []
@@ -152,47 +156,75 @@ def test_a_lost_stop_channel_reports_without_a_mode() -> None:
     rig = Rig()
     rig.run(0.2)
     rig.run(0.05, current=(math.nan,) * 4)
-    r = rig.check("sensor.joint_currents")
+    r = rig.check("sensor:joint_currents")
     assert r.failed and "sensor_bound stop" in r.message
-    assert rig.probes["sensor.joint_currents"].mode is None
+    assert rig.probes["sensor:joint_currents"].mode is None
 
 
 def test_a_stuck_encoder_is_reported() -> None:
     rig = Rig()
     rig.run(0.2)
-    rig.check("sensor.joint_encoders.quality")
+    rig.check("sensor:joint_encoders:quality")
     frozen = (0.1, 1.2, -1.9, -0.87)
     rig.run(0.3, q=frozen, dq=(0.0,) * 4)  # the rig's `stuck`: q held, dq zero
-    rig.check("sensor.joint_encoders.quality")
+    rig.check("sensor:joint_encoders:quality")
     rig.run(0.3, q=frozen, dq=(0.0,) * 4)
-    r = rig.check("sensor.joint_encoders.quality")
+    r = rig.check("sensor:joint_encoders:quality")
     assert r.failed and "stuck" in r.message
     rig.run(0.3)
-    assert rig.check("sensor.joint_encoders.quality").level is Level.OK
+    assert rig.check("sensor:joint_encoders:quality").level is Level.OK
 
 
 def test_a_spike_storm_is_reported_from_the_spike_ratio() -> None:
     rig = Rig()
     rig.run(0.3)
-    rig.check("sensor.wrist_force.quality")
+    rig.check("sensor:wrist_force:quality")
     for i in range(300):  # every fourth sample a 40 N outlier: 25 % > max_ratio 20 %
         rig.run(0.001, gripper_force=3.0 + rig.rng.gauss(0, 0.05) + (40.0 if i % 4 == 0
                                                                        else 0.0))
-    r = rig.check("sensor.wrist_force.quality")
+    r = rig.check("sensor:wrist_force:quality")
     assert r.failed and "dropped as spikes" in r.message
     assert r.figures["spike_ratio"] == 0.25 and r.figures["received"] == 300
-    assert rig.check("sensor.wrist_force").level is Level.OK  # still measured: no mode
+    assert rig.check("sensor:wrist_force").level is Level.OK  # still measured: no mode
 
 
 def test_a_value_out_of_range_is_reported() -> None:
     rig = Rig()
     rig.run(0.3, pose=(1.5, 0.0, 0.02))  # 1.5 m from the base: out of the arm's reach
-    r = rig.check("sensor.object_pose.quality")
+    r = rig.check("sensor:object_pose:quality")
     assert r.failed and "outside its range [-1, 1]" in r.message
 
 
 @pytest.mark.parametrize("channel", [c.name for c in ROBOT.sensors])
 def test_probes_never_raise_before_any_frame(channel: str) -> None:
     probes = {p.name: p for p in make_sensor_probes(SensorHub(ROBOT), ROBOT)}
-    assert probes[f"sensor.{channel}"].check(1.0).level is Level.WARN  # no STATUS yet
-    assert probes[f"sensor.{channel}.quality"].check(1.0).level is Level.OK
+    assert probes[f"sensor:{channel}"].check(1.0).level is Level.WARN  # no STATUS yet
+    assert probes[f"sensor:{channel}:quality"].check(1.0).level is Level.OK
+
+
+def test_watch_stale_hands_channels_to_fail_now_off_the_control_thread() -> None:
+    rig = Rig()
+    got: list[tuple[str, str, dict[str, Any], str]] = []
+    done = threading.Event()
+
+    def fail_now(probe: str, message: str, **figures: Any) -> None:
+        got.append((probe, message, figures, threading.current_thread().name))
+        done.set()
+
+    watch = watch_stale(rig.hub, fail_now)
+    rig.run(0.3)
+    rig.run(0.005, gripper_force=math.nan)
+    rig.hub.snapshot(rig.t)  # the control tick that sees it
+    assert done.wait(10.0)
+    watch.stop()
+    probe, message, figures, thread = got[0]
+    assert probe == "sensor:wrist_force" and figures["channel"] == "wrist_force"
+    assert "went stale" in message and thread == "sensor-stale-watch"
+
+
+def test_sensor_lost_event_fails_the_channel_probe_at_once() -> None:
+    probes: dict[str, Any] = {p.name: p for p in make_sensor_probes(SensorHub(ROBOT), ROBOT)}
+    ev = {"type": EventType.SENSOR_LOST, "channels": ["object_pose"], "age_s": {}}
+    assert "lost past its bound" in probes["sensor:object_pose"].fails_on(ev)
+    assert probes["sensor:wrist_force"].fails_on(ev) is None
+    assert probes["sensor:object_pose"].fails_on({"type": EventType.SENSOR_BACK}) is None

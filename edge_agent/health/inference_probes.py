@@ -8,16 +8,15 @@ once: network calls stay on the Triton worker, session builds on a background th
 - `gpu` → `cpu_inference`: the local model is asked to run on a GPU and does not (a GPU fault
   moved it to CPU, or the GPU never came up); a probe inference on the GPU session; NVML figures.
   Its successes are what return the session to the GPU (after `health.recover_after`).
-- `remote_policy` → `remote_policy_lost`: Triton live, ready, model ready, and a probe
+- `triton` → `remote_policy_lost`: Triton live, ready, model ready, and a probe
   inference's round trip within `inference.deadline_ms` (the local model decides meanwhile).
-- `policy.local` → `cached_policy`: the current model is unusable and the verified
+- `policy:local` → `cached_policy`: the current model is unusable and the verified
   last-known-good (`cached`) decides.
-- `policy.model` → `rule_policy`: no model backend can decide; the rule-based expert does.
+- `policy:model` → `rule_policy`: no model backend can decide; the rule-based expert does.
 
-`make_inference_probes(router, cfg, on_failure)` builds them; `on_failure(probe, message,
-figures)` is the fast path: inference events (`gpu_failed`, Triton `inference_backend_down`, a
-local `inference_load_failed`) call it at once, on whichever thread emitted — it must only
-enqueue.
+`make_inference_probes(router, cfg)` builds them. The fast path is the monitor's
+(`EventAware.fails_on`): the inference events the daemon publishes — `gpu_failed`, Triton's
+`inference_backend_down`, the local model's `inference_load_failed` — fail their probe at once.
 """
 
 from __future__ import annotations
@@ -27,14 +26,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from edge_agent.health.probe import Figure, Probe, ProbeResult
-from edge_agent.inference.backend import EventKind, InferenceEvent
+from edge_agent.inference.backend import EventKind
 from edge_agent.inference.gpu_stats import gpu_figures
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.triton_backend import TritonBackend
 from edge_agent.vocab import DegradationMode
 
-FailureHook = Callable[[str, str, Mapping[str, Figure]], None]
 MODEL_BACKENDS = ("triton", "local", "cached")
 GPU_WARN_TEMPERATURE_C = 85
 
@@ -42,8 +40,20 @@ GPU_WARN_TEMPERATURE_C = 85
 class _Probe:
     """Name, mode, subject, period: what every probe here declares."""
 
+    # the inference event (type, backend) that is this probe's failure at once (fails_on)
+    fast_fail: tuple[EventKind, str] | None = None
+
     def __init__(self, name: str, mode: DegradationMode, period_s: float | None = None) -> None:
         self._name, self._mode, self._period = name, mode, period_s
+
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        """The monitor's fast path (health/probe.py EventAware): this probe's event, at once."""
+        if self.fast_fail is None:
+            return None
+        kind, backend = self.fast_fail
+        if event.get("type") == kind.value and event.get("backend") == backend:
+            return str(event.get("detail") or kind.value)
+        return None
 
     @property
     def name(self) -> str:
@@ -74,6 +84,8 @@ class _Probe:
 class GpuProbe(_Probe):
     """The local model on its GPU (see the module docstring)."""
 
+    fast_fail = (EventKind.GPU_FAILED, "local")
+
     def __init__(self, local: OnnxBackend, recover_after: int,
                  nvml: Callable[[], dict[str, Any]] = gpu_figures) -> None:
         super().__init__("gpu", DegradationMode.CPU_INFERENCE)
@@ -101,9 +113,11 @@ class GpuProbe(_Probe):
 class RemotePolicyProbe(_Probe):
     """Triton live + ready + model ready, a probe inference within the deadline."""
 
+    fast_fail = (EventKind.BACKEND_DOWN, "triton")
+
     def __init__(self, remote: TritonBackend, deadline_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__("remote_policy", DegradationMode.REMOTE_POLICY_LOST)
+        super().__init__("triton", DegradationMode.REMOTE_POLICY_LOST)
         self._remote = remote
         self._deadline_s = deadline_s
         self._clock = clock
@@ -135,8 +149,10 @@ class RemotePolicyProbe(_Probe):
 class LocalModelProbe(_Probe):
     """The current model usable; else the last-known-good decides (`cached_policy`)."""
 
+    fast_fail = (EventKind.LOAD_FAILED, "local")
+
     def __init__(self, router: PolicyRouter) -> None:
-        super().__init__("policy.local", DegradationMode.CACHED_POLICY)
+        super().__init__("policy:local", DegradationMode.CACHED_POLICY)
         self._router = router
 
     def _check(self, now: float) -> ProbeResult:
@@ -155,14 +171,14 @@ class LocalModelProbe(_Probe):
             return ProbeResult.ok("the current model is usable", **figs)
         if preferred == "triton":
             return ProbeResult.warn("the current model is not loaded; Triton decides", **figs)
-        return ProbeResult.warn("no model usable (see policy.model)", **figs)
+        return ProbeResult.warn("no model usable (see policy:model)", **figs)
 
 
 class ModelProbe(_Probe):
     """Some model backend can decide; else the rule-based expert does (`rule_policy`)."""
 
     def __init__(self, router: PolicyRouter) -> None:
-        super().__init__("policy.model", DegradationMode.RULE_POLICY)
+        super().__init__("policy:model", DegradationMode.RULE_POLICY)
         self._router = router
 
     def _check(self, now: float) -> ProbeResult:
@@ -175,19 +191,7 @@ class ModelProbe(_Probe):
         return ProbeResult.error("no model usable: the rule-based expert decides", **figs)
 
 
-def _fast_path(on_failure: FailureHook) -> Callable[[InferenceEvent], None]:
-    def sink(ev: InferenceEvent) -> None:
-        if ev.kind is EventKind.GPU_FAILED:
-            on_failure("gpu", ev.detail, {"backend": ev.backend})
-        elif ev.kind is EventKind.BACKEND_DOWN and ev.backend == "triton":
-            on_failure("remote_policy", ev.detail, {"backend": ev.backend})
-        elif ev.kind is EventKind.LOAD_FAILED and ev.backend == "local":
-            on_failure("policy.local", ev.detail, {"backend": ev.backend})
-    return sink
-
-
-def make_inference_probes(router: PolicyRouter, cfg: Any,
-                          on_failure: FailureHook | None = None) -> list[Probe]:
+def make_inference_probes(router: PolicyRouter, cfg: Any) -> list[Probe]:
     """The inference probes for a router the inference stack built (`cfg`: the Config)."""
     probes: list[Probe] = []
     local = router.backend("local")
@@ -197,6 +201,4 @@ def make_inference_probes(router: PolicyRouter, cfg: Any,
     if isinstance(remote, TritonBackend):
         probes.append(RemotePolicyProbe(remote, cfg.inference.deadline_ms / 1e3))
     probes += [LocalModelProbe(router), ModelProbe(router)]
-    if on_failure is not None:
-        router.bus.subscribe(_fast_path(on_failure))
     return probes

@@ -4,36 +4,42 @@ Built on `SensorHub`: `snapshot(now)` (per channel freshness, age, prediction, b
 `channel_counts(name)` (samples received, dropped as spikes, invalid, non-finite). A check reads
 them and compares with the previous check: no I/O, no heavy work, one snapshot per round.
 
-- `sensor.<channel>`: fresh, or not. For an `on_loss = "predict"` channel the mode is
+- `sensor:<channel>`: fresh, or not. For an `on_loss = "predict"` channel the mode is
   `sensor_predicted` with the channel as subject — the hub's Kalman estimator stands in for it,
   up to its bound; past the bound the hub's `sensor_bound` protective stop holds (the probe says
   so, the stop is not its business). A `stop` channel reports without a mode: its loss is that
   stop already.
-- `sensor.<channel>.quality` (reports only, no mode: the values are still measured): NaN/inf
+- `sensor:<channel>:quality` (reports only, no mode: the values are still measured): NaN/inf
   samples, a value outside the description's `range`, stuck (the value unchanged bit for bit
   over a whole probe period while samples arrived — a sensor with noise never repeats itself;
   for a noise-free one only while `moving()` says the joints move), and the spike ratio
   (dropped / received over the period) above the channel's `spike_filter.max_ratio`.
 
-Fast path: `make_sensor_probes(..., on_failure=...)` registers a hub stale listener — a channel
-that had samples and goes stale calls `on_failure("sensor.<channel>", ...)` inside the control
-thread's next snapshot (within one control tick of the staleness: three of the channel's own
-periods); it must only enqueue.
+Fast paths: `watch_stale(hub, fail_now)` registers a hub stale listener — a channel that had
+samples and goes stale (in the firmware's time too) is seen inside the control thread's next
+snapshot, within one control tick of its staleness bound (three of its own periods); the
+listener only enqueues, and a thread of this module hands it to `fail_now(probe, message,
+**figures)` (the monitor's). And `sensor:<channel>` fails at once on the daemon's `sensor_lost`
+event naming it (`fails_on`, the monitor's event tap).
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from edge_agent.health.probe import Figure, Probe, ProbeResult
+from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.sensors.readings import ChannelCounts, Freshness, Snapshot, Source
-from edge_agent.vocab import DegradationMode
+from edge_agent.vocab import DegradationMode, EventType
 
-FailureHook = Callable[[str, str, Mapping[str, Figure]], None]
+log = get_logger(__name__)
+FailNow = Callable[..., None]  # HealthMonitor.fail_now(probe_name, message, **figures)
 MIN_SAMPLES_FOR_RATIO = 10  # fewer samples in a period: no spike ratio is judged
 
 
@@ -83,12 +89,19 @@ class _ChannelProbe:
 
 
 class SensorFreshnessProbe(_ChannelProbe):
-    """`sensor.<channel>`: see the module docstring."""
+    """`sensor:<channel>`: see the module docstring."""
 
     def __init__(self, channel: SensorChannel, snapshots: _Snapshots, stale_s: float) -> None:
         mode = DegradationMode.SENSOR_PREDICTED if channel.on_loss == "predict" else None
-        super().__init__(f"sensor.{channel.name}", channel, mode, snapshots)
+        super().__init__(f"sensor:{channel.name}", channel, mode, snapshots)
         self._stale_s = stale_s
+
+    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+        """The daemon's `sensor_lost` event naming this channel (health/probe.py EventAware)."""
+        if event.get("type") == EventType.SENSOR_LOST and self._ch.name in (
+                event.get("channels") or ()):
+            return f"{self._ch.name} lost past its bound (sensor_lost)"
+        return None
 
     def _check(self, now: float) -> ProbeResult:
         snap = self._snaps.at(now)
@@ -116,11 +129,11 @@ class SensorFreshnessProbe(_ChannelProbe):
 
 
 class SensorQualityProbe(_ChannelProbe):
-    """`sensor.<channel>.quality`: see the module docstring."""
+    """`sensor:<channel>:quality`: see the module docstring."""
 
     def __init__(self, hub: SensorHub, channel: SensorChannel, snapshots: _Snapshots,
                  moving: Callable[[], bool] | None = None) -> None:
-        super().__init__(f"sensor.{channel.name}.quality", channel, None, snapshots)
+        super().__init__(f"sensor:{channel.name}:quality", channel, None, snapshots)
         self._hub = hub
         self._moving = moving
         self._prev: ChannelCounts | None = None
@@ -165,7 +178,6 @@ class SensorQualityProbe(_ChannelProbe):
 
 
 def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None, *,
-                       on_failure: FailureHook | None = None,
                        moving: Callable[[], bool] | None = None) -> list[Probe]:
     """Two probes per channel of `robot` (see the module docstring); `cfg` (the Config) is
     accepted for the monitor's uniform call and not needed: each channel's bounds are in the
@@ -175,10 +187,42 @@ def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None,
     for ch, stale_s in zip(robot.sensors, hub.stale_s, strict=True):
         probes.append(SensorFreshnessProbe(ch, snaps, stale_s))
         probes.append(SensorQualityProbe(hub, ch, snaps, moving))
-    if on_failure is not None:
-        def stale(names: tuple[str, ...], now: float) -> None:
-            for n in names:
-                on_failure(f"sensor.{n}", f"{n} went stale: no valid sample for "
-                           "the hub's staleness bound", {"channel": n})
-        hub.add_stale_listener(stale)
     return probes
+
+
+class StaleWatch:
+    """The hub's stale listener (control thread: one queue put) and the thread that hands each
+    channel gone stale to `fail_now` as a failure of its `sensor:<channel>` probe."""
+
+    name = "sensor-stale-watch"
+
+    def __init__(self, hub: SensorHub, fail_now: FailNow) -> None:
+        self._fail_now = fail_now
+        self._q: queue.SimpleQueue[tuple[tuple[str, ...], float] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        hub.add_stale_listener(self._on_stale)
+        self.seen = 0  # channels handed on
+
+    def _on_stale(self, names: tuple[str, ...], now: float) -> None:
+        self._q.put((names, now))
+
+    def _run(self) -> None:
+        while (item := self._q.get()) is not None:
+            names, now = item
+            for n in names:
+                self.seen += 1
+                try:
+                    self._fail_now(f"sensor:{n}", f"{n} went stale: no valid sample within "
+                                   "its staleness bound", channel=n, at=now)
+                except Exception:
+                    log.exception("stale_fail_now_failed", channel=n)
+
+    def stop(self) -> None:
+        """Idempotent; the listener stays registered but nothing is handed on."""
+        self._q.put(None)
+
+
+def watch_stale(hub: SensorHub, fail_now: FailNow) -> StaleWatch:
+    """The sensor fast path (see the module docstring): call once the monitor exists."""
+    return StaleWatch(hub, fail_now)

@@ -134,6 +134,8 @@ def build_health(cfg: Config, src: HealthSources) -> HealthMonitor:
                             recover_after=h.recover_after,
                             on_transition=_router(src, h.recover_after), clock=src.clock)
     src.tap_events(monitor.on_event)
+    if src.sensor_hub is not None and (mod := _optional("edge_agent.health.sensor_probes")):
+        mod.watch_stale(src.sensor_hub, monitor.fail_now)  # a channel gone stale, at once
     return monitor
 
 

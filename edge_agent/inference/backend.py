@@ -63,7 +63,6 @@ class EventBus:
     def __init__(self, sink: EventSink | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._sink = sink
-        self._subscribers: tuple[EventSink, ...] = ()
         self._clock = clock
         self._cond = threading.Condition()
         self.counts: dict[EventKind, int] = {}
@@ -73,18 +72,12 @@ class EventBus:
         with self._cond:
             self.counts[kind] = self.counts.get(kind, 0) + 1
             self._cond.notify_all()
-        for sink in (self._sink, *self._subscribers) if self._subscribers else (self._sink,):
-            if sink is None:
-                continue
+        if self._sink is not None:
             try:
-                sink(ev)
+                self._sink(ev)
             except Exception:  # a broken sink must not break inference
                 log.exception("inference_event_sink_failed", kind=kind.value)
         return ev
-
-    def subscribe(self, sink: EventSink) -> None:
-        """One more sink (the health monitor's fast path); same rule: it only enqueues."""
-        self._subscribers = (*self._subscribers, sink)
 
     def poke(self) -> None:
         """Wake waiters without an event (a backend's state changed silently)."""
