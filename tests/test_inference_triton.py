@@ -244,7 +244,8 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
 def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -> None:
     """failure.inject over the daemon's control socket: `triton down` makes the real Triton
     client see the server unreachable for duration_s (the local model is preferred meanwhile,
-    Triton again after); `gpu fail` on a CPU-only configuration is refused and says why."""
+    Triton again after; the health monitor enters `remote_policy_lost` and leaves it); `gpu
+    fail` on a CPU-only configuration is refused and says why."""
     from daemon_proc import DaemonProc
     from mosquitto import wait_until
 
@@ -252,10 +253,15 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
     server = TritonServer(trained, tmp_path / "triton.log")
     server.start()
     d = DaemonProc(tmp_path, None, extra=(f"inference.triton_url={server.url}",
-                                          f"inference.model={trained}")).start()
+                                          f"inference.model={trained}",
+                                          "health.period_s=0.2")).start()
     try:
         server.wait_ready(60.0)
         d.wait_ready()
+
+        def mode_events(kind: str) -> list[dict[str, Any]]:
+            return [e for e in d.events("event") if e.get("type") == kind
+                    and e.get("mode") == "remote_policy_lost"]
 
         def preferred() -> Any:
             return (d.socket_cmd("status")["result"]["inference"] or {}).get("preferred_ready")
@@ -268,7 +274,13 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
         assert r["ok"], r
         assert r["result"]["injected"]["effect"] == f"{server.url} unreachable for 3 s"
         wait_until(lambda: preferred() == "local", 30, "the local model preferred")
+        wait_until(lambda: bool(mode_events("degraded")), 30, "remote_policy_lost entered")
+        # (the cause: the outage — or, on a loaded machine, a probe inference over the
+        # 20 ms deadline just before it; either is the remote policy lost)
+        assert any("injected outage" in e["cause"] or "deadline" in e["cause"]
+                   for e in mode_events("degraded")), mode_events("degraded")
         wait_until(lambda: preferred() == "triton", 60, "triton back after 3 s")
+        wait_until(lambda: bool(mode_events("recovered")), 30, "remote_policy_lost left")
         r = d.socket_cmd("failure.inject", {"target": "gpu", "mode": "fail", "duration_s": 5})
         assert not r["ok"] and r["error"]["code"] == "refused", r
         assert "asks for no GPU" in r["error"]["message"]

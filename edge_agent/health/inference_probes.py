@@ -121,6 +121,7 @@ class RemotePolicyProbe(_Probe):
         self._remote = remote
         self._deadline_s = deadline_s
         self._clock = clock
+        self._judged: float | None = None  # the health sample the last check judged
 
     def _check(self, now: float) -> ProbeResult:
         r = self._remote
@@ -136,8 +137,9 @@ class RemotePolicyProbe(_Probe):
         if not r.ready():  # the worker's own readiness (refreshed every ready period)
             return ProbeResult.error(
                 f"Triton {r.url} unreachable or not ready: {r.last_error}", **figs)
-        if h is None:
-            return ProbeResult.ok("ready; first health sample pending", **figs)
+        if h is None or h.mono == self._judged:  # judge each sample once, not once a check
+            return ProbeResult.ok("ready; a fresh health sample is pending", **figs)
+        self._judged = h.mono
         if h.error is not None:
             return ProbeResult.error(f"Triton {r.url}: {h.error}", **figs)
         if h.latency_s is not None and h.latency_s > self._deadline_s:

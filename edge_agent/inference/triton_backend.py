@@ -224,11 +224,13 @@ class TritonBackend:
                 x = np.zeros((1, self._width), dtype=np.float32)
                 inp = grpcclient.InferInput(self._x_name, list(x.shape), "FP32")
                 inp.set_data_from_numpy(x)
-                t0 = time.perf_counter()
-                client.infer(self.model_name, [inp], model_version=self.model_version,
-                             outputs=[grpcclient.InferRequestedOutput(self._y_name)],
-                             client_timeout=timeout)
-                latency = time.perf_counter() - t0
+                for _ in range(2):  # the better of two: one stall of this host is not the server
+                    t0 = time.perf_counter()
+                    client.infer(self.model_name, [inp], model_version=self.model_version,
+                                 outputs=[grpcclient.InferRequestedOutput(self._y_name)],
+                                 client_timeout=timeout)
+                    took = time.perf_counter() - t0
+                    latency = took if latency is None else min(latency, took)
             else:
                 error = ("server not live" if not live else "server not ready" if not ready
                          else f"model {self.model_name} not ready")
