@@ -168,7 +168,6 @@ class Executor:
         pose = snapshot.object_pose
         if pose is not None and pose.source is Source.MEASURED:
             inp.object.add(pose.value, pose.t_fw, pose.t_host)
-        # a camera dropout inside its bound: the hub's Kalman prediction stands in for it
         inp.object.predicted = pose.value if pose and pose.source is Source.PREDICTED else None
         inp.predicted = snapshot.q_source is Source.PREDICTED
         self._conditions.update(now, snapshot)  # sensor_bound, a collision's overcurrent
