@@ -96,3 +96,24 @@ def test_a_probe_without_a_mode_counts_but_never_transitions() -> None:
 def test_bad_limits_are_refused() -> None:
     with pytest.raises(ValueError):
         ModeRules(fail_after=0)
+
+
+def test_a_probe_with_its_own_fail_after_enters_at_its_first_failure() -> None:
+    """A lost predicted channel enters sensor_predicted at once (the probe's fail_after = 1);
+    leaving still takes recover_after good runs; other probes keep the rule's 3."""
+    from edge_agent.health.probe import fail_after_of
+    from edge_agent.health.sensor_probes import SensorFreshnessProbe
+
+    assert SensorFreshnessProbe.fail_after == 1
+    r = ModeRules(fail_after=3, recover_after=2)
+    entered = r.observe("sensor:object_pose", DM.SENSOR_PREDICTED, "object_pose", ERR, 0.0, 1)
+    assert entered is not None and entered.entered and entered.subject == "object_pose"
+    assert r.observe("broker", DM.BROKER_LOST, "", ERR, 0.0, None) is None
+    assert r.observe("sensor:object_pose", DM.SENSOR_PREDICTED, "object_pose", OK, 1.0, 1) is None
+    left = r.observe("sensor:object_pose", DM.SENSOR_PREDICTED, "object_pose", OK, 2.0, 1)
+    assert left is not None and not left.entered
+
+    class Plain:
+        pass
+
+    assert fail_after_of(Plain()) is None  # type: ignore[arg-type]

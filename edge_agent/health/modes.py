@@ -56,15 +56,18 @@ class ModeRules:
             raise ValueError("fail_after and recover_after must be at least 1")
 
     def observe(self, probe: str, mode: DegradationMode | None, subject: str,
-                result: ProbeResult, now: float) -> Transition | None:
-        """Count one result of `probe`; the mode transition it causes, if any."""
+                result: ProbeResult, now: float, fail_after: int | None = None,
+                ) -> Transition | None:
+        """Count one result of `probe`; the mode transition it causes, if any. `fail_after`
+        overrides the rule's for a probe whose single failure is already certain (a sensor
+        channel the firmware stopped sending is predicted from that very tick on)."""
         c = self._counts.setdefault(probe, Strikes())
         if result.level is Level.STALE:
             return None
         if result.failed:
             c.failures += 1
             c.goods = 0
-            if mode is not None and not c.holding and c.failures >= self.fail_after:
+            if mode is not None and not c.holding and c.failures >= (fail_after or self.fail_after):
                 c.holding = True
                 return self._hold(probe, mode, subject, result, now)
             return None

@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_agent.health.modes import ModeRules, Transition
-from edge_agent.health.probe import EventAware, Figure, Level, Probe, ProbeResult
+from edge_agent.health.probe import (
+    EventAware,
+    Figure,
+    Level,
+    Probe,
+    ProbeResult,
+    fail_after_of,
+)
 from edge_agent.log import get_logger
 
 _log = get_logger(__name__)
@@ -178,7 +185,7 @@ class HealthMonitor:
             result = ProbeResult.error(message, **figures)
             slot.result, slot.ran_at = result, now
             transition = self.rules.observe(probe_name, slot.probe.mode, slot.probe.subject,
-                                            result, now)
+                                            result, now, fail_after_of(slot.probe))
             slot.due = now
             self._wake.notify_all()
         if transition is not None:
@@ -306,7 +313,8 @@ class HealthMonitor:
                 # on the period's grid, not drifting by the checks' own time
                 slot.due = max(slot.due + slot.period_s, now)
             transition = self.rules.observe(slot.probe.name, slot.probe.mode,
-                                            slot.probe.subject, result, now)
+                                            slot.probe.subject, result, now,
+                                            fail_after_of(slot.probe))
         if transition is not None:
             self._emit(transition)
 

@@ -79,6 +79,12 @@ class Probe(Protocol):
         ...
 
 
+def fail_after_of(probe: Probe) -> int | None:
+    """A probe's own `fail_after` (optional attribute; None: `health.fail_after`)."""
+    value = getattr(probe, "fail_after", None)
+    return value if isinstance(value, int) and value >= 1 else None
+
+
 @runtime_checkable
 class EventAware(Protocol):
     """Optional, beside Probe: the event fast path. The monitor hands every event the daemon

@@ -89,7 +89,11 @@ class _ChannelProbe:
 
 
 class SensorFreshnessProbe(_ChannelProbe):
-    """`sensor:<channel>`: see the module docstring."""
+    """`sensor:<channel>`: see the module docstring. One failure enters `sensor_predicted`: the
+    check fails only when the firmware went on without the channel, and from that tick on the
+    executor already uses predicted values — the mode says what is true, not after 3 periods."""
+
+    fail_after = 1
 
     def __init__(self, channel: SensorChannel, snapshots: _Snapshots, stale_s: float) -> None:
         mode = DegradationMode.SENSOR_PREDICTED if channel.on_loss == "predict" else None
@@ -198,6 +202,7 @@ class StaleWatch:
 
     def __init__(self, hub: SensorHub, fail_now: FailNow) -> None:
         self._fail_now = fail_now
+        self._predicted = frozenset(c.name for c in hub.channels if c.on_loss == "predict")
         self._q: queue.SimpleQueue[tuple[tuple[str, ...], float] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
@@ -213,8 +218,10 @@ class StaleWatch:
             for n in names:
                 self.seen += 1
                 try:
+                    then = ("Kalman-predicted inside its bound" if n in self._predicted
+                            else "held (the sensor_bound stop past its bound)")
                     self._fail_now(f"sensor:{n}", f"{n} went stale: no valid sample within "
-                                   "its staleness bound", channel=n, at=now)
+                                   f"its staleness bound; {then}", channel=n, at=now)
                 except Exception:
                     log.exception("stale_fail_now_failed", channel=n)
 

@@ -306,6 +306,11 @@ class SensorHub:
                                         if self._is_status[i] else 0)
         return ChannelCounts(received, self._spiked[i], self._invalid[i], self._nonfinite[i])
 
+    @property
+    def channels(self) -> tuple[SensorChannel, ...]:
+        """The robot description's channels, in frame order."""
+        return tuple(self._channels)
+
     def add_stale_listener(self, listener: StaleListener) -> None:
         """Call `listener(channels, now)` when channels that had samples go stale — in host
         time and in the firmware's (the robot kept reporting without them: a stalled host or a
