@@ -31,6 +31,7 @@ from typing import Any
 
 from edge_agent.comms.client import json_line_request
 from edge_agent.errors import EdgeAgentError
+from hil.daemon_proc import stop_daemon
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,12 +85,7 @@ class Daemon:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+            stop_daemon(self.proc, 30)
 
 
 def wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
