@@ -189,7 +189,8 @@ The daemon persists each report in `<state_dir>/outbox/` first (atomic write, fs
 kill -9), draws the plot in a subprocess (matplotlib, never in the daemon process), then delivers
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
 webhook (`reports.webhook_url`: WeCom markdown + image, or one JSON POST), each with retries and
-an idempotency key (the report id). `edge-agent reports list | show ID` reads them on the robot.
+an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK, not when the
+message was sent. `edge-agent reports list | show ID` reads them on the robot.
 Each degradation mode entered or left (the health monitor, docs/HEALTH.md) is a report on the
 same path (`ModeRecord` in edge_agent/reports/record.py: kind `mode_entered` / `mode_left`, the
 capabilities lost, the fallback in use, the recovery rule and the next probe's time).
