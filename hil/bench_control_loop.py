@@ -20,17 +20,14 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from hil.daemon_proc import request, stop_daemon, wait_for
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
-
-ROOT = Path(__file__).resolve().parents[1]
 
 BARE_LOOP = r"""
 import sys, time
@@ -134,23 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     period = 1.0 / args.rate_hz
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-loop-"))
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-loop",
-              f"control.rate_hz={args.rate_hz}", "mqtt.telemetry_hz=20",
-              f"control.priority={args.priority}",
-              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
-        cmd += ["--set", s]
-    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                              start_new_session=True)
-    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
-
-    def call(name: str, **kw: object) -> dict[str, Any]:
-        return request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
-
-    def status() -> dict[str, Any]:
-        return call("status")["result"]  # type: ignore[no-any-return]
+    daemon = start_sim_daemon(tmp, (
+        f"mqtt.port={args.mqtt_port}", "device.id=bench-loop", f"control.rate_hz={args.rate_hz}",
+        "mqtt.telemetry_hz=20", f"control.priority={args.priority}", *args.set))
+    rig, ctl = tmp / "rig.sock", Control(tmp)
+    call, status = ctl.call, ctl.status
 
     windows: list[tuple[float, float]] = []
     succeeded = 0

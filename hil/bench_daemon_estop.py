@@ -24,10 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from hil.daemon_proc import request, stop_daemon, wait_for
+from hil.daemon_proc import request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def stats_ms(xs: list[float]) -> str:
@@ -142,18 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     broker = None
     if args.mqtt_port == 0:
         broker, args.mqtt_port = private_broker(tmp)
-    sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop",
-            "link.hello_timeout_s=10", "sim.rig_priority=40"]
+    sets = [f"mqtt.port={args.mqtt_port}", "device.id=bench-estop"]
     if args.rate_hz:
         sets.append(f"control.rate_hz={args.rate_hz}")
-    sets += args.set
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in sets:
-        cmd += ["--set", s]
-    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                              start_new_session=True)
+    daemon = start_sim_daemon(tmp, [*sets, *args.set])
     rig, ctl = tmp / "rig.sock", tmp / "control.sock"
     try:
         wait_for(lambda: request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[

@@ -17,22 +17,17 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from hil.bench_control_loop import fmt, period_errors, summarize
 from hil.bench_daemon_estop import private_broker
-from hil.daemon_proc import request, stop_daemon, wait_for
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
 from hil.webhook_receiver import Receiver
 
-ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "bench-storm-token"
 MERGED_IDS = re.compile(r"this fault\*\* between .*? \(reports: ([^)]*)\)")
 
@@ -100,23 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     broker = None
     if args.mqtt_port == 0:
         broker, args.mqtt_port = private_broker(tmp)
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-storm",
-              f"control.rate_hz={args.rate_hz}", "link.hello_timeout_s=10",
-              "sim.rig_priority=40", "debug.failure_injection=true",
-              f'reports.webhook_url="{recv.url(TOKEN)}"', *args.set):
-        cmd += ["--set", s]
-    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                              start_new_session=True)
-    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
-
-    def call(name: str, **kw: object) -> dict[str, Any]:
-        return request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
-
-    def status() -> dict[str, Any]:
-        return call("status")["result"]  # type: ignore[no-any-return]
+    daemon = start_sim_daemon(tmp, (
+        f"mqtt.port={args.mqtt_port}", "device.id=bench-storm", f"control.rate_hz={args.rate_hz}",
+        "debug.failure_injection=true", f'reports.webhook_url="{recv.url(TOKEN)}"', *args.set))
+    rig, ctl = tmp / "rig.sock", Control(tmp)
+    call, status = ctl.call, ctl.status
 
     steal_quiet, steal_storm = StealMeter(), StealMeter()
     faults, reset_waits = 0, []

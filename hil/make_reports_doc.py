@@ -204,7 +204,7 @@ The fault storm (issue #19's last check) is `python -m hil.bench_fault_storm`: a
 second through `failure.inject` (press, release, reset) on a running `--sim` daemon, the control
 loop's COMMAND stream measured at the robot in a quiet window and in the storm of the same run,
 and a real local HTTP receiver as the chat. Its first runs (20 s windows, a shared 2-CPU VM at
-load average 8–11): P99 period error 2.0–2.2 ms quiet, 8.1–8.3 ms in the storm — the extra
+load average 8–11): P99 period error 2.0–2.2 ms quiet, 8.1–8.3 ms in the storm — most extra
 missed periods fall inside the press → reset spans, where the daemon's stream went silent for
 50 ms or more after most presses (the guardian's deadman holds filled in): not yet explained, so
 the storm does not yet leave the loop where it was. The chat got 3–15 messages for 20 reports

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -26,7 +25,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from hil.daemon_proc import request, stop_daemon, wait_for
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,19 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="edge-pty-episodes-"))
     log = tmp / "daemon.log"
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "mqtt.telemetry_hz=20",
-              "device.id=pty-episodes",
-              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
-        cmd += ["--set", s]
-    with open(log, "w") as f:
-        daemon = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  start_new_session=True)
-    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
-
-    def call(name: str, **kw: Any) -> dict[str, Any]:
-        return request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
+    daemon = start_sim_daemon(tmp, (f"mqtt.port={args.mqtt_port}", "mqtt.telemetry_hz=20",
+                                    "device.id=pty-episodes", *args.set))
+    rig = tmp / "rig.sock"
+    call = Control(tmp).call
 
     outcomes: list[str] = []
     t_start = time.monotonic()
