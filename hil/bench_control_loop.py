@@ -20,18 +20,14 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
-import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from hil.bench_daemon_estop import _request, _wait
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
-
-ROOT = Path(__file__).resolve().parents[1]
 
 BARE_LOOP = r"""
 import sys, time
@@ -135,23 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     period = 1.0 / args.rate_hz
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-loop-"))
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-loop",
-              f"control.rate_hz={args.rate_hz}", "mqtt.telemetry_hz=20",
-              f"control.priority={args.priority}",
-              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
-        cmd += ["--set", s]
-    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                              start_new_session=True)
-    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
-
-    def call(name: str, **kw: object) -> dict[str, Any]:
-        return _request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
-
-    def status() -> dict[str, Any]:
-        return call("status")["result"]  # type: ignore[no-any-return]
+    daemon = start_sim_daemon(tmp, (
+        f"mqtt.port={args.mqtt_port}", "device.id=bench-loop", f"control.rate_hz={args.rate_hz}",
+        "mqtt.telemetry_hz=20", f"control.priority={args.priority}", *args.set))
+    rig, ctl = tmp / "rig.sock", Control(tmp)
+    call, status = ctl.call, ctl.status
 
     windows: list[tuple[float, float]] = []
     succeeded = 0
@@ -161,32 +145,32 @@ def main(argv: list[str] | None = None) -> int:
     bare_fifo: list[Any] = [[], 0, 0.0]  # errors, missed, expected: as for the daemon
     steal, steal_bare = StealMeter(), StealMeter()
     try:
-        _wait(lambda: status()["link_up"], 60, "the daemon's link up")
+        wait_for(lambda: status()["link_up"], 60, "the daemon's link up")
         if not args.from_ready:
-            _wait(lambda: {"estimators", "calibration"} <= set(status()["background"]), 60,
-                  "the start-up work after READY (estimators, calibration)")
+            wait_for(lambda: {"estimators", "calibration"} <= set(status()["background"]), 60,
+                     "the start-up work after READY (estimators, calibration)")
         for k in range(args.tasks):
             started = call("task.start")
             if not started.get("ok"):
                 raise SystemExit(f"task {k + 1}: task.start refused: {started}")
             steal.start()
-            t0 = _request(rig, {"cmd": "ping"})["t"]
+            t0 = request(rig, {"cmd": "ping"})["t"]
             # a slow poll: each status request is work in the daemon that competes with it
-            _wait(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end",
-                  poll_s=0.5)
-            t1 = _request(rig, {"cmd": "ping"})["t"]
+            wait_for(lambda: status()["mode"] != "running", 120, f"task {k + 1} to end",
+                     poll_s=0.5)
+            t1 = request(rig, {"cmd": "ping"})["t"]
             steal.stop()
             windows.append((t0, t1))
             ended = status()
             succeeded += ended["mode"] == "idle"  # a failed task ends in a controlled hold
-            rec = _request(rig, {"cmd": "record", "type": "COMMAND", "since": t0,
-                                 "limit": 10**6}, timeout=60)
+            rec = request(rig, {"cmd": "record", "type": "COMMAND", "since": t0,
+                                "limit": 10**6}, timeout=60)
             times = sorted(f["t"] for f in rec["frames"] if f["t"] <= t1)
             e, m, x = period_errors(times, period)
             err += e
             missed += m
             expected += x
-            late = [(t, ms / 1e3) for t, ms in _request(rig, {"cmd": "status"})["rig"][
+            late = [(t, ms / 1e3) for t, ms in request(rig, {"cmd": "status"})["rig"][
                 "late_ticks"] if t0 <= t <= t1 + 0.1]
             missed_rig_late += rig_late_gaps(times, period, late)
             if args.floor_priority > 0:  # the machine's floor, in the same minutes as the task
@@ -197,11 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                     bare_fifo[i] += v  # type: ignore[operator]
         st = status()
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
     n = max(10, round(sum(b - a for a, b in windows) * args.rate_hz))
     bare_other = _bare(args.rate_hz, n, 0)
     bare_after = _bare(args.rate_hz, n, args.priority) if args.priority > 0 else []

@@ -17,37 +17,15 @@ import argparse
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from edge_agent.comms.client import json_line_request
-from edge_agent.errors import EdgeAgentError
+from hil.daemon_proc import request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-    return json_line_request(path, req, timeout, what=str(req.get("cmd")))
-
-
-def _wait(pred: Any, timeout: float, what: str, poll_s: float = 0.05) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            if pred():
-                return
-        except (OSError, EdgeAgentError):  # the socket may not exist yet
-            pass
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(poll_s)
 
 
 def stats_ms(xs: list[float]) -> str:
@@ -103,7 +81,7 @@ def private_broker(tmp: Path) -> tuple[subprocess.Popen[bytes], int]:
         with socket.socket() as c:
             return c.connect_ex(("127.0.0.1", port)) == 0
 
-    _wait(up, 10, "the private broker")
+    wait_for(up, 10, "the private broker")
     return proc, port
 
 
@@ -130,8 +108,8 @@ def mqtt_estops(rig: Path, port: int, device: str, n: int) -> list[float]:
                       qos=1)
             end = t_pub + 2.0
             while time.monotonic() < end:
-                rec = _request(rig, {"cmd": "record", "type": "STOP", "since": t_pub,
-                                     "limit": 1})
+                rec = request(rig, {"cmd": "record", "type": "STOP", "since": t_pub,
+                                    "limit": 1})
                 if rec.get("frames"):
                     out.append((rec["frames"][0]["t"] - t_pub) * 1e3)
                     break
@@ -162,60 +140,48 @@ def main(argv: list[str] | None = None) -> int:
     broker = None
     if args.mqtt_port == 0:
         broker, args.mqtt_port = private_broker(tmp)
-    sets = [f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "device.id=bench-estop",
-            "link.hello_timeout_s=10", "sim.rig_priority=40"]
+    sets = [f"mqtt.port={args.mqtt_port}", "device.id=bench-estop"]
     if args.rate_hz:
         sets.append(f"control.rate_hz={args.rate_hz}")
-    sets += args.set
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in sets:
-        cmd += ["--set", s]
-    log = open(tmp / "daemon.log", "w")  # noqa: SIM115 - lives as long as the daemon
-    daemon = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                              start_new_session=True)
+    daemon = start_sim_daemon(tmp, [*sets, *args.set])
     rig, ctl = tmp / "rig.sock", tmp / "control.sock"
     try:
-        _wait(lambda: _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
+        wait_for(lambda: request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
             "result"]["link_up"], 60, "the daemon's link up")
         if args.task:
-            r = _request(ctl, {"cmd": "task.start", "v": 1, "id": os.urandom(6).hex()})
+            r = request(ctl, {"cmd": "task.start", "v": 1, "id": os.urandom(6).hex()})
             if not r.get("ok"):
                 raise SystemExit(f"task.start refused: {r}")
-            _wait(lambda: _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
+            wait_for(lambda: request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})[
                 "result"]["state"] in ("lift", "transfer"), 60, "the arm carrying the part")
-        t_fw = _request(rig, {"cmd": "status"})["state"]["fw_time_us"] / 1e6
+        t_fw = request(rig, {"cmd": "status"})["state"]["fw_time_us"] / 1e6
         start, period = t_fw + 1.0, args.period_ms / 1e3
         faults = []
         for k in range(args.edges):
             faults.append({"at_s": start + k * period, "target": "estop", "mode": "press"})
             faults.append({"at_s": start + (k + 0.5) * period, "target": "estop",
                            "mode": "release"})
-        _request(rig, {"cmd": "latency", "clear": True})
+        request(rig, {"cmd": "latency", "clear": True})
         window_t0 = time.monotonic()  # the rig's clock too (same machine)
         for i in range(0, len(faults), 2000):  # the rig reads lines of at most 1 MiB
-            _request(rig, {"cmd": "schedule", "faults": faults[i:i + 2000]}, timeout=60)
+            request(rig, {"cmd": "schedule", "faults": faults[i:i + 2000]}, timeout=60)
         duration = 1.0 + args.edges * period + 2.0
         print(f"daemon up; {args.edges} press edges every {args.period_ms} ms "
               f"(~{duration:.0f} s) ...", flush=True)
         steal = StealMeter()
         steal.start()
         time.sleep(max(0.0, start - t_fw - 0.5) + args.edges * period)  # no requests meanwhile
-        _wait(lambda: _request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
-              "the schedule to finish")
+        wait_for(lambda: request(rig, {"cmd": "faults"})["scheduled"] == 0, duration + 120,
+                 "the schedule to finish")
         time.sleep(0.5)  # the last STOP frame's way back
         steal.stop()
         window_t1 = time.monotonic()
-        lat = _request(rig, {"cmd": "latency"})
+        lat = request(rig, {"cmd": "latency"})
         mqtt_ms = mqtt_estops(rig, args.mqtt_port, "bench-estop", args.mqtt_estops)
-        st = _request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})["result"]
-        rig_info = _request(rig, {"cmd": "status"})["rig"]
+        st = request(ctl, {"cmd": "status", "v": 1, "id": os.urandom(6).hex()})["result"]
+        rig_info = request(rig, {"cmd": "status"})["rig"]
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
         if broker is not None:
             broker.terminate()
             broker.wait(5)

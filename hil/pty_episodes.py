@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +25,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from hil.bench_daemon_estop import _request, _wait
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,29 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="edge-pty-episodes-"))
     log = tmp / "daemon.log"
-    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-           str(ROOT / "configs" / "sim.toml"), "--sim"]
-    for s in (f"state_dir={tmp}", f"mqtt.port={args.mqtt_port}", "mqtt.telemetry_hz=20",
-              "device.id=pty-episodes",
-              "link.hello_timeout_s=10", "sim.rig_priority=40", *args.set):
-        cmd += ["--set", s]
-    with open(log, "w") as f:
-        daemon = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT,
-                                  start_new_session=True)
-    rig, ctl = tmp / "rig.sock", tmp / "control.sock"
-
-    def call(name: str, **kw: Any) -> dict[str, Any]:
-        return _request(ctl, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **kw})
+    daemon = start_sim_daemon(tmp, (f"mqtt.port={args.mqtt_port}", "mqtt.telemetry_hz=20",
+                                    "device.id=pty-episodes", *args.set))
+    rig = tmp / "rig.sock"
+    call = Control(tmp).call
 
     outcomes: list[str] = []
     t_start = time.monotonic()
     try:
-        _wait(lambda: call("status")["result"]["link_up"], 60, "link up")
+        wait_for(lambda: call("status")["result"]["link_up"], 60, "link up")
         if call("status")["result"]["mode"] != "idle":
-            _wait(lambda: call("reset")["ok"], 30, "reset")
+            wait_for(lambda: call("reset")["ok"], 30, "reset")
         for i in range(args.n):
             xyz = [rng.uniform(lo[0], hi[0]), rng.uniform(lo[1], hi[1]), half]
-            _request(rig, {"cmd": "set", "key": "object_xyz", "value": xyz})
+            request(rig, {"cmd": "set", "key": "object_xyz", "value": xyz})
             time.sleep(1.0)  # the camera estimate settles on the new pose (30 Hz, 50 ms latency)
             before = len(_events(log, "task_done"))
             r = call("task.start")
@@ -92,11 +81,11 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes.append(f"refused:{r['error']['code']}")
                 print(f"episode {i}: refused {r['error']}", flush=True)
                 if call("status")["result"]["mode"] not in ("idle", "holding"):
-                    _wait(lambda: call("reset")["ok"], 30, "reset")  # as an operator would
+                    wait_for(lambda: call("reset")["ok"], 30, "reset")  # as an operator would
                 continue
             try:
-                _wait(lambda b=before: len(_events(log, "task_done")) > b, args.timeout_s,
-                      "task_done")
+                wait_for(lambda b=before: len(_events(log, "task_done")) > b, args.timeout_s,
+                         "task_done")
                 done = _events(log, "task_done")[-1]
                 outcomes.append(str(done["outcome"]))
             except SystemExit:
@@ -105,13 +94,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"episode {i}: {outcomes[-1]}", flush=True)
             mode = call("status")["result"]["mode"]
             if mode not in ("idle", "holding"):
-                _wait(lambda: call("reset")["ok"], 30, "reset")
+                wait_for(lambda: call("reset")["ok"], 30, "reset")
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
     wall = time.monotonic() - t_start
     ok = outcomes.count("success")
     print(f"pty: {ok}/{len(outcomes)} = {100 * ok / max(1, len(outcomes)):.1f} % success "

@@ -1,9 +1,9 @@
 """Test helpers: a private Mosquitto (password file + ACL, free 127.0.0.1 port) and a probe client.
 
 `Mosquitto` writes its own config into a temp dir, starts `mosquitto -c`, waits until the port
-accepts connections, and can stop and restart on the same port. `Probe` is a small synchronous
-paho client for the test side: connect, subscribe, publish with MQTT 5 properties, and wait for
-messages on a queue with a deadline (no sleeps).
+accepts connections, can stop and restart on the same port, and pause (SIGSTOP) and resume.
+`Probe` is a small synchronous paho client for the test side: connect, subscribe, publish with
+MQTT 5 properties, and wait for messages on a queue with a deadline (no sleeps).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import os
 import queue
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -127,6 +128,16 @@ class Mosquitto:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+
+    def pause(self) -> None:
+        """SIGSTOP the broker: connections stay open, nothing is read or acknowledged."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause()`: the broker reads what queued meanwhile and answers."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         self.stop()

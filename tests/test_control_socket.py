@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import MQTT_USERS
 from mosquitto import Mosquitto, wait_until
+from unix_socket import try_connect
 
 from edge_agent.commands import CommandAPI, CommandContext, Mode
 from edge_agent.comms.client import (
@@ -175,20 +176,12 @@ def _admitted(path: Path, n: int) -> list[socket.socket]:
     return out
 
 
-def _try_connect(s: socket.socket, path: Path) -> bool:
-    try:
-        s.connect(str(path))
-    except BlockingIOError:  # the listen backlog is full this instant: try again
-        return False
-    return True
-
-
 def _silent(path: Path, n: int) -> list[socket.socket]:
     out = []
     for _ in range(n):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(10)
-        wait_until(lambda s=s: _try_connect(s, path), 10, "a connection")  # type: ignore[misc]
+        wait_until(lambda s=s: try_connect(s, path), 10, "a connection")  # type: ignore[misc]
         out.append(s)
     return out
 

@@ -15,20 +15,13 @@ from typing import Any
 
 from daemon_proc import DaemonProc
 from mosquitto import wait_until
-
-
-def _try_connect(s: socket.socket, path: Path) -> bool:
-    try:
-        s.connect(str(path))
-    except BlockingIOError:  # the listen backlog is full this instant: try again
-        return False
-    return True
+from unix_socket import try_connect
 
 
 def _connect(path: Path) -> socket.socket:
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(20)
-    wait_until(lambda: _try_connect(s, path), 20, "a connection")
+    wait_until(lambda: try_connect(s, path), 20, "a connection")
     return s
 
 

@@ -6,7 +6,6 @@ runs the long loop).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -16,13 +15,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_fs import tiny_fs
 
 from edge_agent.inference.backend import DecisionRecord
 from edge_agent.store.decisions import (
@@ -169,23 +168,8 @@ def test_full_disk_turns_the_journal_off_once_and_keeps_a_valid_prefix(tmp_path:
     assert ts == [float(i) for i in range(len(ts))] and 50 < len(ts) < 2000
 
 
-@contextlib.contextmanager
-def _tiny_fs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True, check=False)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_real_enospc_is_disk_full(tmp_path: Path) -> None:
-    with _tiny_fs(tmp_path / "fs", "64k") as fs:
+    with tiny_fs(tmp_path / "fs", "64k") as fs:
         events: list[dict[str, Any]] = []
         dj = DecisionJournal(fs / "j", segment_bytes=1 << 20, on_event=events.append)
         dj.open()

@@ -5,23 +5,21 @@ EDGE_CRASH_LOOPS scales the kill loop (default: 100 kills here).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import random
 import resource
-import select
 import signal
 import struct
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_harness import ACK, fork_and_kill
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_fs import tiny_fs
 
 from edge_agent.errors import StoreError
 from edge_agent.store.journal import MAGIC, Journal, JournalFull, crc32c
@@ -291,23 +289,8 @@ def test_file_size_limit_is_journal_full_and_truncates_back(tmp_path: Path) -> N
     j.close()
 
 
-@contextlib.contextmanager
-def _tiny_fs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                         capture_output=True, check=False)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_disk_full_is_journal_full(tmp_path: Path) -> None:
-    with _tiny_fs(tmp_path / "fs", "64k") as fs:
+    with tiny_fs(tmp_path / "fs", "64k") as fs:
         j = Journal(fs, "j", segment_bytes=1 << 20, fsync_each=False)
         j.open()
         n = 0
@@ -324,11 +307,8 @@ def test_disk_full_is_journal_full(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- kill -9 loop
 
-_ACK = struct.Struct("<Q")
-
-
 def _rec(i: int) -> bytes:
-    return _ACK.pack(i) + hashlib.sha256(b"%d" % i).digest() * (i * 7919 % 40)
+    return ACK.pack(i) + hashlib.sha256(b"%d" % i).digest() * (i * 7919 % 40)
 
 
 def _appender(d: Path, ack_fd: int) -> None:
@@ -336,41 +316,12 @@ def _appender(d: Path, ack_fd: int) -> None:
     j.open()
     last = 0
     for rec in j.iter_records():
-        last = _ACK.unpack_from(rec)[0]
+        last = ACK.unpack_from(rec)[0]
     i = last + 1
     while True:
         j.append(_rec(i), sync=i % 8 == 0)
-        os.write(ack_fd, _ACK.pack(i))
+        os.write(ack_fd, ACK.pack(i))
         i += 1
-
-
-def _fork_and_kill(child: Callable[[int], None], delay_s: float,
-                   after_first_ack: bool = False) -> list[int]:
-    """Run `child(ack_fd)` in a forked process, SIGKILL it after `delay_s`; return its acks."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            child(w)
-        finally:
-            os._exit(3)
-    os.close(w)
-    raw = b""
-    try:
-        if after_first_ack:  # a kill in steady state, however slow the machine is today
-            ready, _, _ = select.select([r], [], [], 60.0)
-            assert ready, "the child acknowledged nothing within 60 s"
-            raw = os.read(r, _ACK.size)
-        time.sleep(delay_s)  # not synchronisation: this is the random instant of the crash
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    while chunk := os.read(r, 65536):
-        raw += chunk
-    os.close(r)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, hex(status)
-    return [a for (a,) in _ACK.iter_unpack(raw[: len(raw) - len(raw) % _ACK.size])]
 
 
 def test_kill_minus_nine_during_appends_replays_a_valid_prefix(tmp_path: Path) -> None:
@@ -378,7 +329,7 @@ def test_kill_minus_nine_during_appends_replays_a_valid_prefix(tmp_path: Path) -
     verified, repairs = 0, 0
     t0 = time.monotonic()
     for k in range(KILLS):
-        acks = _fork_and_kill(lambda fd: _appender(tmp_path, fd), rng.uniform(0, 0.03),
+        acks = fork_and_kill(lambda fd: _appender(tmp_path, fd), rng.uniform(0, 0.03),
                               after_first_ack=k % 2 == 0)
         last_ack = acks[-1] if acks else verified
         j = Journal(tmp_path, "crash", segment_bytes=16 << 10, max_segments=3)
@@ -386,7 +337,7 @@ def test_kill_minus_nine_during_appends_replays_a_valid_prefix(tmp_path: Path) -
         repairs += rep.truncated_bytes > 0
         ids = []
         for rec in j.iter_records():
-            (i,) = _ACK.unpack_from(rec)
+            (i,) = ACK.unpack_from(rec)
             assert rec == _rec(i), f"kill {k}: record {i} is corrupt"
             ids.append(i)
         j.close()

@@ -319,7 +319,8 @@ def test_publish_helpers(device: Device, operator: Probe, broker: Mosquitto) -> 
     operator.subscribe("edge/dev1/#")
     assert device.bridge.publish_state({"mode": "idle", "state": "idle", "degraded": []})
     assert device.bridge.publish_event({"type": "ready", "startup_ms": 12})
-    assert device.bridge.publish_report({"id": "r1", "kind": "fault", "markdown": "# x"})
+    report = {"id": "r1", "kind": "fault", "markdown": "# x"}
+    assert device.bridge.publish_report(report) is not None
     assert device.bridge.publish_telemetry({"loop_hz": 200})
     assert not device.bridge.publish_telemetry({"loop_hz": 200})  # rate-limited
     device.clock.advance(1.5)

@@ -3,13 +3,13 @@ to its TLS listener with a CA from their arguments (and refuse a server they can
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import MQTT_USERS
-from mosquitto import Mosquitto, free_port, shipped_config
+from mosquitto import Mosquitto
+from pki import shipped_tls_broker
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.client import MqttTarget, send_command
@@ -19,34 +19,10 @@ from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.log import capture_logs
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_pki(d: Path) -> None:
-    """A throw-away CA and a server certificate for 127.0.0.1 (EC keys: fast)."""
-    d.mkdir(parents=True, exist_ok=True)
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-             "-subj", "/CN=edge-test-ca", cwd=d)
-    _openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr",
-             "-subj", "/CN=localhost", cwd=d)
-    (d / "ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "server.crt", "-days", "2", "-extfile", "ext", cwd=d)
-
-
 @pytest.fixture
 def tls_broker(tmp_path: Path) -> Iterator[tuple[Mosquitto, int, Path]]:
-    pki = tmp_path / "certs"
-    make_pki(pki)
-    broker = Mosquitto(tmp_path / "mosquitto", MQTT_USERS)
-    tls_port = free_port()
-    text = shipped_config(broker, tls_port, pki)
-    broker.use_config(text)
-    broker.start()
-    yield broker, tls_port, pki
-    broker.stop()
+    with shipped_tls_broker(tmp_path) as running:
+        yield running
 
 
 def test_bridge_and_client_over_tls(tls_broker: tuple[Mosquitto, int, Path]) -> None:

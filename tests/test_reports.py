@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 from mosquitto import wait_until
-from webhook_receiver import Receiver
 
 from edge_agent.executor.controllers import Measured
 from edge_agent.executor.monitor import SensorRing
@@ -37,6 +36,7 @@ from edge_agent.reports.webhook import (
     parse_retry_after,
     wecom_messages,
 )
+from hil.webhook_receiver import Receiver
 
 TOKEN = "tok-5e3f9a7c1d2b4e6f8a0b"
 ORIGIN = Origin("robot-7", "b00t", "cfg123", "ab" * 32)

@@ -16,7 +16,8 @@ from typing import Any
 
 from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
-from webhook_receiver import Receiver
+
+from hil.webhook_receiver import Receiver
 
 TOKEN = "wecomkey-7f3a9c2e5b1d4f60"
 

@@ -9,16 +9,15 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_fs import tiny_fs
 
 from edge_agent.errors import StoreError
 from edge_agent.store.journal import Journal
@@ -175,23 +174,8 @@ def test_fsync_failure_is_fatal_and_never_retried(tmp_path: Path,
     assert SnapshotStore(tmp_path, "state").load() == (_state(1), 1)
 
 
-@contextlib.contextmanager
-def _tiny_fs(path: Path, size: str) -> Iterator[Path]:
-    path.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
 def test_disk_full_raises_and_keeps_the_old_snapshot(tmp_path: Path) -> None:
-    with _tiny_fs(tmp_path / "fs", "256k") as fs:
+    with tiny_fs(tmp_path / "fs", "256k") as fs:
         store = SnapshotStore(fs, "state")
         store.save({"small": 1})
         filler = fs / "filler"

@@ -13,18 +13,15 @@ import collections
 import hashlib
 import os
 import random
-import select
-import signal
-import struct
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from crash_harness import ACK, fork_and_kill
 
 from edge_agent.store.snapshot import SnapshotStore
 
 KILLS = int(os.environ.get("EDGE_CRASH_LOOPS", "200"))
-_ACK = struct.Struct("<Q")
 
 
 def _body(gen: int) -> str:
@@ -42,37 +39,7 @@ def _saver(directory: Path, ack_fd: int) -> None:
         gen = (store.generation or 0) + 1
         if store.save(_payload(gen)) != gen:
             os._exit(4)
-        os.write(ack_fd, _ACK.pack(gen))
-
-
-def fork_and_kill(child: Callable[[int], None], delay_s: float,
-                  after_first_ack: bool = False) -> list[int]:
-    """Run `child(ack_fd)` in a forked process, SIGKILL it after `delay_s`; return its acks."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never return into the test runner
-        try:
-            os.close(r)
-            child(w)
-        finally:
-            os._exit(3)
-    os.close(w)
-    raw = b""
-    try:
-        if after_first_ack:  # a kill in steady state, however slow the machine is today
-            ready, _, _ = select.select([r], [], [], 60.0)
-            assert ready, "the child acknowledged nothing within 60 s"
-            raw = os.read(r, _ACK.size)
-        time.sleep(delay_s)  # not synchronisation: this is the random instant of the crash
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
-    while chunk := os.read(r, 65536):
-        raw += chunk
-    os.close(r)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
-        f"the child died on its own (status {status:#x}), not by our SIGKILL")
-    return [a for (a,) in _ACK.iter_unpack(raw[: len(raw) - len(raw) % _ACK.size])]
+        os.write(ack_fd, ACK.pack(gen))
 
 
 def _where_killed(store: SnapshotStore) -> str:

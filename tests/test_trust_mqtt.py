@@ -22,9 +22,9 @@ import paho.mqtt.client as paho
 import pytest
 from conftest import MQTT_USERS
 from daemon_proc import REPO, DaemonProc
-from mosquitto import Mosquitto, Probe, free_port, shipped_config, wait_until
+from mosquitto import Mosquitto, Probe, wait_until
 from paho.mqtt.enums import CallbackAPIVersion
-from test_mqtt_tls import _openssl, make_pki
+from pki import EC_KEY, make_pki, openssl, shipped_tls_broker
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.mqtt_bridge import MqttBridge
@@ -34,14 +34,8 @@ from edge_agent.comms.mqtt_settings import MqttSettings
 @pytest.fixture
 def shipped(tmp_path: Path) -> Iterator[tuple[Mosquitto, int, Path]]:
     """docs/mosquitto/mosquitto.conf + docs/mosquitto/acl: plain on broker.port, TLS on the int."""
-    pki = tmp_path / "certs"
-    make_pki(pki)
-    broker = Mosquitto(tmp_path / "mosquitto", MQTT_USERS)
-    tls_port = free_port()
-    broker.use_config(shipped_config(broker, tls_port, pki))
-    broker.start()
-    yield broker, tls_port, pki
-    broker.stop()
+    with shipped_tls_broker(tmp_path) as running:
+        yield running
 
 
 def _intrude(port: int, ca: Path | None, times: int) -> None:
@@ -95,15 +89,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _client_pki(pki: Path) -> None:
     """A client certificate for dev1 (signed by the CA), a foreign key, an encrypted key."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", *ec, "-keyout", "dev1.key", "-out", "dev1.csr", "-subj", "/CN=dev1",
-             cwd=pki)
-    _openssl("x509", "-req", "-in", "dev1.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "dev1.crt", "-days", "2", cwd=pki)
-    _openssl("genpkey", "-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-out", "other.key", cwd=pki)
-    _openssl("pkey", "-in", "dev1.key", "-aes256", "-passout", "pass:s3cret", "-out",
-             "dev1.enc.key", cwd=pki)
+    openssl("req", *EC_KEY, "-keyout", "dev1.key", "-out", "dev1.csr", "-subj", "/CN=dev1",
+            cwd=pki)
+    openssl("x509", "-req", "-in", "dev1.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "dev1.crt", "-days", "2", cwd=pki)
+    openssl("genpkey", "-algorithm", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-out", "other.key", cwd=pki)
+    openssl("pkey", "-in", "dev1.key", "-aes256", "-passout", "pass:s3cret", "-out",
+            "dev1.enc.key", cwd=pki)
     for k in ("dev1.key", "other.key", "dev1.enc.key"):
         (pki / k).chmod(0o600)
 

@@ -180,13 +180,14 @@ class MqttBridge:
     def publish_state(self, state: Mapping[str, Any]) -> bool:
         """Retained `<prefix>/state`; re-published after every reconnect."""
         self._last_state = dict(state)
-        return self._publish(self.topics.state, state, qos=1, retain=True)
+        return self._publish(self.topics.state, state, qos=1, retain=True) is not None
 
     def publish_event(self, event: Mapping[str, Any]) -> bool:
-        return self._publish(self.topics.event, event, qos=1)
+        return self._publish(self.topics.event, event, qos=1) is not None
 
-    def publish_report(self, report: Mapping[str, Any]) -> bool:
-        return self._publish(self.topics.report, report, qos=1)
+    def publish_report(self, report: Mapping[str, Any]) -> paho.MQTTMessageInfo | None:
+        """QoS 1 `<prefix>/report`; its handle (PUBACK: is_published()), None if not sent."""
+        return self._publish(self.topics.report, report, qos=1) if self.connected else None
 
     def publish_telemetry(self, telemetry: Mapping[str, Any]) -> bool:
         """QoS 0, at most one per `telemetry_min_interval_s`; False when suppressed or dropped."""
@@ -197,27 +198,27 @@ class MqttBridge:
                 self.counters["telemetry_suppressed"] += 1
                 return False
             self._last_telemetry = now
-        return self._publish(self.topics.telemetry, telemetry, qos=0)
+        return self._publish(self.topics.telemetry, telemetry, qos=0) is not None
 
     def _publish(self, topic: str, data: Mapping[str, Any], *, qos: int, retain: bool = False,
-                 properties: Properties | None = None) -> bool:
+                 properties: Properties | None = None) -> paho.MQTTMessageInfo | None:
         try:
             info = self._client.publish(topic, to_payload(data), qos=qos, retain=retain,
                                         properties=properties)
         except (TypeError, ValueError) as exc:
             _log.error("mqtt_publish_invalid", topic=topic, error=str(exc))
-            return False
+            return None
         rc = info.rc
         # Not connected: paho keeps QoS>0 messages for the next connection (up to max_queued).
         if rc == paho.MQTT_ERR_SUCCESS or (rc == paho.MQTT_ERR_NO_CONN and qos > 0):
-            return True
+            return info
         with self._lock:
             self.counters["publish_dropped"] += 1
             dropped = self.counters["publish_dropped"]
         if dropped == 1 or dropped % 100 == 0:
             _log.warning("mqtt_publish_dropped", topic=topic, rc=paho.error_string(rc),
                          dropped=dropped)
-        return False
+        return None
 
     # -- presence --------------------------------------------------------------------------
 
@@ -393,7 +394,7 @@ class MqttBridge:
         if self._v5 and item.correlation is not None:
             props = mqtt_properties(PacketTypes.PUBLISH)
             props.CorrelationData = item.correlation
-        if self._publish(topic, reply.to_dict(), qos=1, properties=props):
+        if self._publish(topic, reply.to_dict(), qos=1, properties=props) is not None:
             with self._lock:
                 self.counters["replies"] += 1
 

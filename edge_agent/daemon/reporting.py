@@ -26,7 +26,7 @@ from edge_agent.reports.record import (
     Origin,
     StopRecord,
 )
-from edge_agent.reports.sinks import DiskSink, MqttSink
+from edge_agent.reports.sinks import DiskSink, MqttSink, Published
 from edge_agent.vocab import ESTOP_CAUSES, StopCause
 
 if TYPE_CHECKING:
@@ -124,8 +124,8 @@ class DaemonReports:
                  "latency_ms": round(x.latency_ms, 3) if math.isfinite(x.latency_ms) else None}
                 for x in j.recent(DECISIONS_IN_REPORT)]
 
-    def _publish(self, payload: Mapping[str, Any]) -> bool:
+    def _publish(self, payload: Mapping[str, Any]) -> Published | None:
         bridge = self.d.publisher.bridge
-        if bridge is None or not bridge.connected:
-            return False
-        return bridge.publish_report(payload)
+        if bridge is None:
+            return None
+        return bridge.publish_report(payload)  # None when not connected

@@ -1,7 +1,9 @@
 """Sans-IO codec for docs/PROTOCOL.md: COBS framing, CRC-32, typed messages, a resyncing decoder.
 
 No I/O, no threads, no globals that change: bytes in, messages out. The same module serves the
-link guardian, the daemon's socketpair reader and the simulated firmware.
+link guardian, the daemon's socketpair reader and the simulated firmware. Each message type's
+body layout lives in bodies.py; the message types in messages.py (both re-exported here, so
+callers import the protocol from one place).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import zlib
 from dataclasses import dataclass
 from enum import IntEnum
 
+from edge_agent.link.bodies import BadBody, pack_body, parse_body
 from edge_agent.link.messages import (
     PROTO_VERSION,
     Command,
@@ -118,81 +121,10 @@ def cobs_decode(data: bytes) -> bytes | None:
     return bytes(out)
 
 
-# --------------------------------------------------------------------------- bodies
-
-_U8 = struct.Struct("<B")
-_U16 = struct.Struct("<H")
-_HELLO = struct.Struct("<HHI")
-_CMD_HEAD = struct.Struct("<BBHB")
-_STOP = struct.Struct("<BB")
-_U64 = struct.Struct("<Q")
-_GSTATE = struct.Struct("<BBBBBB")
-_ACK_HEAD = struct.Struct("<HBB")
-_STATUS_HEAD = struct.Struct("<QHHB")
-_EDGE = struct.Struct("<QB")
-_SENSOR_HEAD = struct.Struct("<QBBB")
-_PONG = struct.Struct("<QQ")
-_EVENT = struct.Struct("<QBH")
-_F32_CACHE: dict[int, struct.Struct] = {}
-
-
-def _f32s(n: int) -> struct.Struct:
-    s = _F32_CACHE.get(n)
-    if s is None:
-        s = _F32_CACHE[n] = struct.Struct(f"<{n}f")
-    return s
-
-
-def _body(msg: Message) -> bytes:
-    if isinstance(msg, Command):
-        n = len(msg.q)
-        return _CMD_HEAD.pack(msg.mode, msg.gripper_mode, msg.ttl_ms, n) + _f32s(n + 2).pack(
-            *msg.q, msg.gripper_setpoint, msg.gripper_current_limit
-        )
-    if isinstance(msg, Status):
-        n = len(msg.q)
-        if len(msg.dq) != n or len(msg.current) != n:
-            raise ValueError("status q, dq and current must have the same length")
-        return _STATUS_HEAD.pack(msg.fw_time_us, msg.flags, msg.last_cmd_seq, n) + _f32s(
-            3 * n + 3
-        ).pack(*msg.q, *msg.dq, *msg.current, msg.gripper_pos, msg.gripper_current,
-               msg.gripper_force)
-    if isinstance(msg, Stop):
-        return _STOP.pack(msg.category, msg.reason)
-    if isinstance(msg, EstopEdge):
-        return _EDGE.pack(msg.fw_time_us, msg.pressed)
-    if isinstance(msg, Hello):
-        return _HELLO.pack(msg.proto_version, msg.deadman_ms, msg.status_period_us)
-    if isinstance(msg, Enable):
-        return _U8.pack(1 if msg.enable else 0)
-    if isinstance(msg, Ping):
-        return _U64.pack(msg.host_time_us)
-    if isinstance(msg, GReset):
-        return b""
-    if isinstance(msg, GAt):
-        return _U64.pack(msg.at_us) + _body(msg.cmd)
-    if isinstance(msg, GState):
-        return _GSTATE.pack(msg.latched, msg.estop_input, msg.deadman_hold, msg.link_up,
-                            msg.cause, msg.flags)
-    if isinstance(msg, HelloAck):
-        v = msg.fw_version.encode("ascii", "replace")[:16]
-        return _ACK_HEAD.pack(msg.proto_version, msg.accepted, msg.n_joints) + v
-    if isinstance(msg, Sensor):
-        n = len(msg.values)
-        return _SENSOR_HEAD.pack(msg.fw_time_us, msg.channel, msg.valid, n) + _f32s(n).pack(
-            *msg.values
-        )
-    if isinstance(msg, Pong):
-        return _PONG.pack(msg.host_time_us, msg.fw_time_us)
-    if isinstance(msg, Event):
-        return _EVENT.pack(msg.fw_time_us, msg.code, msg.detail)
-    raise TypeError(f"not a protocol message: {msg!r}")
-
-
 def encode(msg: Message, seq: int) -> bytes:
     """Encode `msg` as one wire frame: 0x00, COBS(frame), 0x00."""
     try:
-        raw = _HEADER.pack(msg.TYPE, seq & 0xFFFF) + _body(msg)
+        raw = _HEADER.pack(msg.TYPE, seq & 0xFFFF) + pack_body(msg)
     except (struct.error, OverflowError) as exc:  # OverflowError: a float past the f32 range
         raise ValueError(f"cannot encode {type(msg).__name__}: {exc}") from exc
     if len(raw) + _CRC.size > MAX_FRAME_LEN:
@@ -200,82 +132,6 @@ def encode(msg: Message, seq: int) -> bytes:
     raw += _CRC.pack(zlib.crc32(raw))
     # A delimiter on both sides: a frame that follows line noise is still found intact.
     return b"\x00" + cobs_encode(raw) + b"\x00"
-
-
-class BadBody(Exception):
-    """Internal: the body does not match its type's layout."""
-
-
-def _parse(ftype: int, b: bytes) -> Message:
-    try:
-        if ftype == FrameType.STATUS:
-            t, flags, last, n = _STATUS_HEAD.unpack_from(b)
-            vals = _f32s(3 * n + 3).unpack_from(b, _STATUS_HEAD.size)
-            if len(b) != _STATUS_HEAD.size + 4 * (3 * n + 3):
-                raise BadBody
-            return Status(t, StatusFlag(flags), last, vals[:n], vals[n : 2 * n],
-                          vals[2 * n : 3 * n], vals[3 * n], vals[3 * n + 1], vals[3 * n + 2])
-        if ftype == FrameType.COMMAND:
-            mode, gmode, ttl, n = _CMD_HEAD.unpack_from(b)
-            if len(b) != _CMD_HEAD.size + 4 * (n + 2):
-                raise BadBody
-            vals = _f32s(n + 2).unpack_from(b, _CMD_HEAD.size)
-            return Command(Mode(mode), vals[:n], GripperMode(gmode), vals[n], vals[n + 1], ttl)
-        if ftype == FrameType.ESTOP_EDGE:
-            _exact(b, _EDGE)
-            t, p = _EDGE.unpack(b)
-            return EstopEdge(t, bool(p))
-        if ftype == FrameType.STOP:
-            _exact(b, _STOP)
-            c, r = _STOP.unpack(b)
-            return Stop(StopCategory(c), StopReason(r))
-        if ftype == FrameType.ENABLE:
-            _exact(b, _U8)
-            return Enable(bool(b[0]))
-        if ftype == FrameType.HELLO:
-            _exact(b, _HELLO)
-            return Hello(*_HELLO.unpack(b))
-        if ftype == FrameType.PING:
-            _exact(b, _U64)
-            return Ping(_U64.unpack(b)[0])
-        if ftype == FrameType.G_RESET:
-            if b:
-                raise BadBody
-            return GReset()
-        if ftype == FrameType.G_AT:
-            cmd = _parse(FrameType.COMMAND, b[_U64.size :])
-            if not isinstance(cmd, Command):  # a short body already raised BadBody
-                raise BadBody
-            return GAt(_U64.unpack_from(b)[0], cmd)
-        if ftype == FrameType.G_STATE:
-            _exact(b, _GSTATE)
-            la, ei, dh, lu, cause, flags = _GSTATE.unpack(b)
-            return GState(bool(la), bool(ei), bool(dh), bool(lu), StopReason(cause), flags)
-        if ftype == FrameType.HELLO_ACK:
-            if not _ACK_HEAD.size <= len(b) <= _ACK_HEAD.size + 16:
-                raise BadBody
-            v, acc, nj = _ACK_HEAD.unpack_from(b)
-            return HelloAck(v, bool(acc), nj, b[_ACK_HEAD.size :].decode("ascii", "replace"))
-        if ftype == FrameType.SENSOR:
-            t, ch, valid, n = _SENSOR_HEAD.unpack_from(b)
-            if len(b) != _SENSOR_HEAD.size + 4 * n:
-                raise BadBody
-            return Sensor(t, ch, bool(valid), _f32s(n).unpack_from(b, _SENSOR_HEAD.size))
-        if ftype == FrameType.PONG:
-            _exact(b, _PONG)
-            return Pong(*_PONG.unpack(b))
-        if ftype == FrameType.EVENT:
-            _exact(b, _EVENT)
-            t, code, detail = _EVENT.unpack(b)
-            return Event(t, EventCode(code), detail)
-    except (struct.error, ValueError) as exc:  # short body, enum value out of range
-        raise BadBody from exc
-    raise KeyError(ftype)
-
-
-def _exact(b: bytes, s: struct.Struct) -> None:
-    if len(b) != s.size:
-        raise BadBody
 
 
 class DecodeError(IntEnum):
@@ -304,7 +160,7 @@ def decode_frame(wire: bytes) -> Frame | DecodeError:
         return DecodeError.CRC
     ftype, seq = _HEADER.unpack_from(raw)
     try:
-        msg = _parse(ftype, raw[_HEADER.size : -4])
+        msg = parse_body(ftype, raw[_HEADER.size : -4])
     except KeyError:
         return DecodeError.UNKNOWN_TYPE
     except BadBody:

@@ -47,6 +47,9 @@ class Result:
     error: str = ""
     retry_after_s: float | None = None
     deferred: bool = False  # not tried (a local rate limit): no attempt is counted
+    # sent, the receiver's acknowledgement not in yet (MQTT PUBACK): not delivered, no attempt
+    # counted, nothing to persist — the sink is asked again after `retry_after_s`
+    waiting: bool = False
 
 
 class Entry:
@@ -304,6 +307,8 @@ class Outbox:
                 self.delivered[sink.name] = self.delivered.get(sink.name, 0) + 1 + len(members)
             self._persist(entry)
             return 0.0
+        if res.waiting:
+            return res.retry_after_s or self.retry_min_s
         if res.deferred:
             st["next"] = time.time() + (res.retry_after_s or self.retry_min_s)
             self._persist(entry)

@@ -4,7 +4,9 @@
 reports show`), atomically, and keeps the newest `max_files` reports. `MqttSink` builds the
 `report` payload (≤ 64 KiB: the Markdown is cut at a line with a pointer when longer; the PNG
 goes by reference) and hands it to a publish callable the daemon gives it — this module does not
-import paho.
+import paho. A report counts as delivered on MQTT when the broker acknowledged it (QoS 1
+PUBACK), not when paho took it: the sink polls the message's handle from the outbox thread
+(never blocking paho's), and sends again when no PUBACK came within `ack_timeout_s`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from edge_agent.reports.markdown import cut_markdown
 from edge_agent.reports.outbox import Entry, Result
@@ -98,15 +101,30 @@ def mqtt_payload(entry: Entry, device: str, plot: Path | None,
     return payload
 
 
+class Published(Protocol):
+    """A handed-over message (paho's `MQTTMessageInfo`): `is_published()` is true once the
+    broker acknowledged it; it raises ValueError/RuntimeError when the message was not sent."""
+
+    def is_published(self) -> bool: ...
+
+
 class MqttSink:
-    """QoS 1 on `<prefix>/report` through `publish(payload) -> bool` (True: handed over to a
-    connected client)."""
+    """QoS 1 on `<prefix>/report` through `publish(payload) -> Published | None` (None: not
+    handed over, e.g. not connected — the bridge then leaves it out of paho's queue, which
+    would send a second copy: this outbox is the durable queue). Delivered = the broker's
+    PUBACK for it."""
 
     name = "mqtt"
 
-    def __init__(self, publish: Callable[[Mapping[str, Any]], bool], device: str) -> None:
+    def __init__(self, publish: Callable[[Mapping[str, Any]], Published | None], device: str, *,
+                 ack_timeout_s: float = 30.0, poll_s: float = 0.05,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.publish = publish
         self.device = device
+        self.ack_timeout_s = ack_timeout_s
+        self.poll_s = poll_s
+        self.clock = clock
+        self._in_flight: dict[str, tuple[Published, float]] = {}  # report id -> (handle, sent)
 
     def wait_s(self, now: float) -> float:
         return 0.0
@@ -116,6 +134,23 @@ class MqttSink:
 
     def deliver(self, entry: Entry, merged: Sequence[Entry], plot: Path | None,
                 state: dict[str, Any]) -> Result:
-        if self.publish(mqtt_payload(entry, self.device, plot)):
+        now = self.clock()
+        sent = self._in_flight.get(entry.id)
+        if sent is None:
+            handle = self.publish(mqtt_payload(entry, self.device, plot))
+            if handle is None:
+                return Result(False, "mqtt: not connected")
+            sent = self._in_flight[entry.id] = (handle, now)
+        handle, at = sent
+        try:
+            acked = handle.is_published()
+        except (ValueError, RuntimeError) as exc:  # not queued, or the connection was lost
+            del self._in_flight[entry.id]
+            return Result(False, f"mqtt: not sent: {exc}")
+        if acked:
+            del self._in_flight[entry.id]
             return Result(True)
-        return Result(False, "mqtt: not connected")
+        if now - at >= self.ack_timeout_s:  # send again (paho itself resends only on a reconnect)
+            del self._in_flight[entry.id]
+            return Result(False, f"mqtt: no PUBACK within {self.ack_timeout_s:g} s")
+        return Result(False, "mqtt: waiting for PUBACK", retry_after_s=self.poll_s, waiting=True)

@@ -41,7 +41,9 @@ class SensorModel:
         self.spike_amp = dict(rig.faults_spike_amplitude)
         # channel -> (mode, severity); the firmware mirrors the fault engine's view here each tick
         self.faults: dict[str, tuple[str, float]] = {}
-        self._last: dict[str, tuple[float, ...] | None] = {}
+        # channel -> its last reported value (what a STUCK fault repeats); the fast STATUS path
+        # (status.py) writes it too
+        self.last_reported: dict[str, tuple[float, ...] | None] = {}
 
     def shape(self, name: str, true: Sequence[float]) -> tuple[float, ...] | None:
         """The reported value of channel `name` given its true value (None: no sample)."""
@@ -55,13 +57,13 @@ class SensorModel:
                          for j, (v, b) in enumerate(zip(true, bias, strict=False))])
         fault = self.faults.get(name) if self.faults else None
         if fault is None:
-            self._last[name] = out
+            self.last_reported[name] = out
             return out
         mode, severity = fault
         if mode == DROPOUT:
             return None
         if mode == STUCK:
-            return self._last.get(name)
+            return self.last_reported.get(name)
         frng = self.fault_rng
         if mode == NOISE:
             extra = self.noise_mult * severity * max(std, 1e-4)
@@ -70,7 +72,7 @@ class SensorModel:
             i = frng.randrange(len(out))
             amp = self.spike_amp.get(name, 10.0 * max(std, 1e-3))
             out = (*out[:i], out[i] + frng.choice((-amp, amp)), *out[i + 1 :])
-        self._last[name] = out
+        self.last_reported[name] = out
         return out
 
     def velocity(self, dq: Sequence[float]) -> tuple[float, ...] | None:

@@ -60,18 +60,18 @@ class StatusBuilder:
         k = normals.take(n)
         q = tuple([x + b + sq * tab[k + j]
                    for j, (x, b) in enumerate(zip(arm.q, self._q_bias, strict=True))])
-        sens._last["joint_encoders"] = q
+        sens.last_reported["joint_encoders"] = q
         k, sv = normals.take(n), sens.vel_std
         dq = tuple([x + sv * tab[k + j] for j, x in enumerate(arm.dq)])
         k = normals.take(n)
         cur = tuple([x + sc * tab[k + j] for j, x in enumerate(arm.current)])
-        sens._last["joint_currents"] = cur
+        sens.last_reported["joint_currents"] = cur
         k = normals.take(1)
         gpos = grip.opening + sens.std.get("gripper_position", 0.0) * tab[k]
-        sens._last["gripper_position"] = (gpos,)
+        sens.last_reported["gripper_position"] = (gpos,)
         k = normals.take(1)
         gforce = grip.force + self._f_bias + sens.std.get("wrist_force", 0.0) * tab[k]
-        sens._last["wrist_force"] = (gforce,)
+        sens.last_reported["wrist_force"] = (gforce,)
         gcur = grip.current + normals.gauss(self._grip_current_std)
         return Status(t_us, _FLAGS[fw.flags()], fw.last_cmd_seq, q, dq, cur, gpos, gcur, gforce)
 

@@ -1,4 +1,4 @@
-"""Test helper: a real local HTTP receiver (ThreadingHTTPServer) standing in for a chat webhook.
+"""A real local HTTP receiver (ThreadingHTTPServer) standing in for a chat webhook (tests, benches).
 
 It records every POST (path, headers, JSON body, arrival time), answers as WeCom does
 (`{"errcode": 0, "errmsg": "ok"}`), and can be told to answer differently (`plan`: a list of
@@ -9,17 +9,22 @@ It records every POST (path, headers, JSON body, arrival time), answers as WeCom
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from mosquitto import free_port
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class Receiver:
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
+        self.port = port or _free_port()
         self.requests: list[dict[str, Any]] = []
         self.plan: list[tuple[int, int, dict[str, str]]] = []
         self.hold: threading.Event | None = None  # set: answer; None: answer at once

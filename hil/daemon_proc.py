@@ -1,0 +1,80 @@
+"""Benches' handle on a real daemon process: its start, control-socket requests, waits, its stop.
+
+One copy for every bench that starts `edge-agent run --sim` as a subprocess (each in its own
+process group, so the guardian and the rig go with it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from edge_agent.comms.client import json_line_request
+from edge_agent.errors import EdgeAgentError
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM_CONFIG = ROOT / "configs" / "sim.toml"
+# every bench: a slow VM may take a while to open the pty; the rig above the daemon's threads
+BENCH_SETS = ("link.hello_timeout_s=10", "sim.rig_priority=40")
+
+
+def start_sim_daemon(state_dir: Path, sets: Iterable[str]) -> subprocess.Popen[bytes]:
+    """`edge-agent run --sim` on configs/sim.toml with `state_dir`, BENCH_SETS and `sets` as
+    `--set` overrides, in its own process group; its output in `<state_dir>/daemon.log`."""
+    cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config", str(SIM_CONFIG), "--sim"]
+    for s in (f"state_dir={state_dir}", *BENCH_SETS, *sets):
+        cmd += ["--set", s]
+    with open(state_dir / "daemon.log", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                start_new_session=True)
+
+
+class Control:
+    """The daemon's control socket (`<state_dir>/control.sock`)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "control.sock"
+
+    def call(self, name: str, **args: object) -> dict[str, Any]:
+        """One command; the whole reply (`ok`, `result` or `error`)."""
+        return request(self.path, {"cmd": name, "v": 1, "id": os.urandom(6).hex(), **args})
+
+    def status(self) -> dict[str, Any]:
+        return self.call("status")["result"]  # type: ignore[no-any-return]
+
+
+def request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
+    """One JSON-line request on the control socket at `path`; the daemon's reply."""
+    return json_line_request(path, req, timeout, what=str(req.get("cmd")))
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll_s: float = 0.05) -> None:
+    """Poll `pred` until true (a missing socket counts as not yet); SystemExit after `timeout`."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            if pred():
+                return
+        except (OSError, EdgeAgentError):  # the socket may not exist yet
+            pass
+        if time.monotonic() > end:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(poll_s)
+
+
+def stop_daemon(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM (a clean stop), then SIGKILL to its whole process group if it takes too long."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
