@@ -101,8 +101,11 @@ def _unread() -> list[str]:
     for key, attr, cls, name in _keys():
         target = LOADER_INPUTS.get(key)
         if target == "robot":
-            if not any(("cfg", "robot") in m.chains and ("cfg", "robot_file") in m.chains
-                       for m in mods):
+            # the description is loaded into cfg.robot (the daemon's robot) and its path kept
+            # as cfg.robot_file (the guardian and the rig load it themselves)
+            cfg_names = ("cfg", "config")
+            if not (any((c, "robot") in m.chains for m in mods for c in cfg_names)
+                    and any((c, "robot_file") in m.chains for m in mods for c in cfg_names)):
                 unread.append(key)
             continue
         if target is not None:
