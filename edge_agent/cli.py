@@ -162,7 +162,7 @@ def _cmd_run(a: argparse.Namespace) -> int:
     configure_logging(cfg.log.level, cfg.log.format, cfg.secret_values())
     mark("logging")
     try:
-        from edge_agent.daemon.main import run as daemon_run
+        from edge_agent.daemon.app import run as daemon_run
     except BaseException:
         if early is not None:
             early.abandon()  # the daemon cannot start: do not leave its guardian behind

@@ -37,7 +37,7 @@ from edge_agent.daemon.simrig import start_sim_rig
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sim.toml"
 ROBOT = ROOT / "configs" / "robot" / "edge-arm-4.toml"
-STARTUP_MODULES = "edge_agent.cli, edge_agent.config, edge_agent.logsetup, edge_agent.daemon.main"
+STARTUP_MODULES = "edge_agent.cli, edge_agent.config, edge_agent.logsetup, edge_agent.daemon.app"
 
 
 def _rss_kib(pid: int) -> dict[str, int]:

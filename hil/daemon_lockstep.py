@@ -9,7 +9,8 @@ mirror, sensor hub, snapshot store on disk — runs against `hil.sim.firmware.Fi
   `SerialLink` reduced to "a valid frame" / "no valid frame for `rx_fault_s`". Every frame the
   daemon hands the guardian is kept in `handed` with the daemon's latch state at that moment —
   what the stop model is checked against, not only what the guardian lets through (`to_tty`).
-- the control thread → `host.tick` calling the daemon's `_tick` every control period;
+- the control thread → `host.tick` calling the daemon's control tick (`control.tick`) every
+  control period;
 - the monotonic clock → a `ManualClock` set to the runner's virtual time (the executor, latch,
   command API and link mirror all read it).
 
@@ -38,7 +39,6 @@ from edge_agent.clock import ManualClock
 from edge_agent.commands.api import Reply
 from edge_agent.config import Config, load_config
 from edge_agent.daemon.app import Daemon
-from edge_agent.daemon.handlers import register_handlers
 from edge_agent.errors import LinkError
 from edge_agent.link.codec import (
     Command,
@@ -190,8 +190,8 @@ class DaemonHost:
                 on_frame(f)
             if now >= self._next_tick - 1e-9:
                 self._next_tick = now + self.h.control_period_s
-                d._tick(now, next(self._index))
-                d._housekeeping(now)  # events → publisher buffer, snapshots on task events
+                d.control.tick(now, next(self._index))
+                d.housekeeping(now)  # executor events → comms, snapshots on task events
         out += g.take_tty()
         return out
 
@@ -221,7 +221,7 @@ class DaemonLockstep:
                                host_period_s=rig.tick_s)
         self.boots = 0
         self.handed: list[Handed] = []  # every boot's, in order
-        self.events: list[dict[str, Any]] = []  # the daemons' executor events, in order
+        self.events: list[dict[str, Any]] = []  # every event the daemons published, in order
 
     # -- the daemon's life -------------------------------------------------------------------
     @property
@@ -243,16 +243,10 @@ class DaemonLockstep:
         g.handed = self.handed  # one list across boots
         self.host.guardian = g
         self.host.daemon = d
-        d.guardian = g  # type: ignore[assignment]  # GuardianClient's seam
-        d.latch_new_guardian()
-        register_handlers(d)
-        publish = d.publisher.event
-
-        def event(ev: dict[str, Any]) -> None:
-            self.events.append(ev)
-            publish(ev)
-
-        d.publisher.event = event  # type: ignore[method-assign]  # also kept in self.events
+        d.control.guardian = g  # type: ignore[assignment]  # GuardianClient's seam
+        d.control.latch_new_guardian()
+        d.register_handlers()
+        d.comms.add_listener(self.events.append)  # every event, kept in order
         self.boots += 1
         return d
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mosquitto import wait_until
 
-from edge_agent.daemon.calibration import (
+from edge_agent.daemon.rest_calibration import (
     NOT_AT_REST,
     CalibrationResult,
     Estimate,

@@ -53,7 +53,7 @@ def test_minimal_config_gets_documented_defaults(tmp_path: Path) -> None:
 
 
 def test_executor_keys_reach_the_executor(tmp_path: Path) -> None:
-    from edge_agent.daemon.app import executor_config
+    from edge_agent.daemon.control import executor_config
 
     e = executor_config(load(tmp_path))
     assert (e.regrasp_window_s, e.max_regrasps) == (0.5, 1)  # the documented defaults

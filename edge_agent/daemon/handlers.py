@@ -1,59 +1,83 @@
 """Command handlers: the daemon's side of the in-process command API.
 
 Each handler gets validated arguments and a context (the API already checked admission) and
-returns a result dict or raises CommandRefused(code, message).
+returns a result dict or raises CommandRefused(code, message). `CommandHandlers` gets the parts
+it drives (the control path, the link mirror, the policy loader) and the daemon's few actions as
+callables; `register(api)` installs one handler per command.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from edge_agent import __version__
-from edge_agent.commands import CommandContext, CommandRefused, ErrorCode
+from edge_agent.commands import CommandAPI, CommandContext, CommandRefused, ErrorCode
 from edge_agent.comms.jsonline import json_line_request
+from edge_agent.daemon.control import ControlPath
+from edge_agent.daemon.linkmirror import LinkMirror
+from edge_agent.daemon.policy_loader import PolicyLoader
+from edge_agent.daemon.simrig import SimRig
 from edge_agent.errors import EdgeAgentError
 from edge_agent.executor.latch import ResetRefused
 from edge_agent.executor.records import CommandResult
 from edge_agent.link.codec import StopReason
-from edge_agent.vocab import estop_cause
-
-if TYPE_CHECKING:
-    from edge_agent.daemon.app import Daemon
+from edge_agent.vocab import StopCause, estop_cause
 
 RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
 INFERENCE_TARGETS = ("gpu", "triton")
 TASK_WAIT_S = 3.0
 
 
-def register_handlers(d: Daemon) -> None:
-    api = d.api
+class CommandHandlers:
+    """The handlers; `persist_latch()` saves the snapshot and waits (bounded) for the disk."""
 
-    def status(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return d.status()
+    def __init__(self, control: ControlPath, mirror: LinkMirror, policy: PolicyLoader, *,
+                 status: Callable[[], dict[str, Any]], estop: Callable[[StopCause], None],
+                 persist_latch: Callable[[], bool], state_changed: Callable[[], None],
+                 rig: SimRig | None, model_wait_s: float) -> None:
+        self.control = control
+        self.mirror = mirror
+        self.policy = policy
+        self._status = status
+        self._estop = estop
+        self._persist_latch = persist_latch
+        self._state_changed = state_changed
+        self.rig = rig
+        self.model_wait_s = model_wait_s
 
-    def estop(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    def register(self, api: CommandAPI) -> None:
+        for name, fn in (("status", self.status), ("model.update", self.model_update),
+                         ("estop", self.estop), ("reset", self.reset),
+                         ("failure.inject", self.failure_inject),
+                         ("task.start", self.task_start), ("task.cancel", self.task_cancel),
+                         ("resume", self.resume), ("manual.enter", self.manual_enter),
+                         ("manual.jog", self.manual_jog), ("manual.exit", self.manual_exit)):
+            api.register(name, fn)
+
+    def status(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._status()
+
+    def estop(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         if ctx.source not in ("mqtt", "fleet", "socket"):
             # (the transports already called on_estop for this very message)
-            d.estop(estop_cause(ctx.source))
+            self._estop(estop_cause(ctx.source))
         # The reply goes out only once the latch is on disk (or the store says it failed).
-        d.save_snapshot()
-        persisted = d.writer.flush(timeout=1.0)
+        persisted = self._persist_latch()
         return {"latched": True, "kind": "estop", "persisted": persisted}
 
-    def reset(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        if not d.latch.latched:  # diagnostic → idle, or a no-op
-            return _run(lambda now: d.executor.reset(now))
+    def reset(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        c = self.control
+        if not c.latch.latched:  # diagnostic → idle, or a no-op
+            return self._run(lambda now: c.executor.reset(now))
         try:
-            d.latch.check_reset()
+            c.latch.check_reset()
         except ResetRefused as exc:
             raise CommandRefused(ErrorCode(exc.code), exc.message) from exc
-        g = d.guardian
+        g = c.guardian
         if g is not None:
-            sent_at = d.clock.now()  # the mirror stamps G_STATEs with this clock
+            sent_at = c.clock.now()  # the mirror stamps G_STATEs with this clock
             g.reset()
-            answer = d.mirror.wait_gstate(sent_at, timeout=1.0, pred=lambda s: (
+            answer = self.mirror.wait_gstate(sent_at, timeout=1.0, pred=lambda s: (
                 not s.latched or s.cause == StopReason.RESET_REFUSED))
             if answer is None:
                 raise CommandRefused(ErrorCode.TIMEOUT,
@@ -65,15 +89,13 @@ def register_handlers(d: Daemon) -> None:
                 raise CommandRefused(code, f"reset refused by the link guardian: {why}")
         # A reset only permits motion: nothing moves until a new command (the executor drops
         # every setpoint on the latch's new generation; the guardian wants a fresh ENABLE).
-        out = _run(lambda now: d.executor.reset(now))
+        out = self._run(lambda now: c.executor.reset(now))
         return {"reset": True, **out}
 
-    def _run(fn: Callable[[float], CommandResult], *, enable: bool = False) -> dict[str, Any]:
-        with d.exec_lock:
-            res = fn(d.clock.now())
-            if res.ok and enable:
-                d.enable_drives()  # before the next tick's first setpoint
-        d.publisher.state_changed()
+    def _run(self, fn: Callable[[float], CommandResult], *, enable: bool = False
+             ) -> dict[str, Any]:
+        res = self.control.run(fn, enable=enable)
+        self._state_changed()
         if not res.ok:
             try:
                 code = ErrorCode(res.code or "refused")
@@ -83,114 +105,101 @@ def register_handlers(d: Daemon) -> None:
         out = dict(res.result)
         if res.message:
             out["note"] = res.message
-        out.setdefault("mode", d.executor.mode)
+        out.setdefault("mode", self.control.executor.mode)
         return out
 
-    def task_start(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    def task_start(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         params = args.get("params") or {}
+        ex = self.control.executor
         # Just after start-up (or a link recovery) the first measurement may be a few ticks
         # away (and the camera's first object pose): a task that arrives then waits for them
-        # (bounded) instead of being refused.
-        deadline = time.monotonic() + TASK_WAIT_S
-        def ready() -> bool:
-            ex = d.executor
-            return ex.has_measurement and ("object" in params or ex.object_estimate is not None)
-
-        while not ready() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        # (bounded, woken by the control ticks) instead of being refused.
+        self.control.wait_until(lambda: ex.has_measurement and (
+            "object" in params or ex.object_estimate is not None), TASK_WAIT_S)
         # ... and for its policy model, when one is configured and still loading
-        model_ready = d.policy.wait(d.cfg.inference.model_wait_s)
+        model_ready = self.policy.wait(self.model_wait_s)
         task_id = f"{ctx.id}"
-        out = _run(lambda now: d.executor.start_task(
+        out = self._run(lambda now: ex.start_task(
             now, task_id, args.get("task", "pick_place"), params.get("object"),
             params.get("place")), enable=True)
-        out["policy"] = d.policy.in_use()
+        out["policy"] = self.policy.in_use()
         if not model_ready:
-            late = (f"the policy model was not ready within {d.cfg.inference.model_wait_s:g} s: "
-                    f"decisions from {d.policy.in_use()} until it is")
+            late = (f"the policy model was not ready within {self.model_wait_s:g} s: "
+                    f"decisions from {self.policy.in_use()} until it is")
             out["note"] = f"{out['note']}; {late}" if out.get("note") else late
         return out
 
-    def task_cancel(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return _run(lambda now: d.executor.cancel(now))
+    def task_cancel(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._run(lambda now: self.control.executor.cancel(now))
 
-    def resume(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return _run(lambda now: d.executor.resume(now, args.get("task_id")), enable=True)
+    def resume(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._run(lambda now: self.control.executor.resume(now, args.get("task_id")),
+                         enable=True)
 
-    def manual_enter(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return _run(lambda now: d.executor.manual_enter(now), enable=True)
+    def manual_enter(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._run(lambda now: self.control.executor.manual_enter(now), enable=True)
 
-    def manual_jog(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return _run(lambda now: d.executor.manual_jog(now, args["dq"], int(args["ttl_ms"])))
+    def manual_jog(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._run(lambda now: self.control.executor.manual_jog(
+            now, args["dq"], int(args["ttl_ms"])))
 
-    def manual_exit(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return _run(lambda now: d.executor.manual_exit(now))
+    def manual_exit(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        return self._run(lambda now: self.control.executor.manual_exit(now))
 
-    def failure_inject(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    def failure_inject(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         target = str(args.get("target", ""))
-        if target == "control_loop":  # lifecycle helper: make the watchdog's pings stop
-            if d.loop is None:
+        if target == "control_loop":  # make the watchdog's pings stop
+            loop = self.control.loop
+            if loop is None:
                 raise CommandRefused(ErrorCode.REFUSED, "the control loop is not running")
-            d.loop.hang_for_test(args.get("mode") == "hang")
+            loop.hang_for_test(args.get("mode") == "hang")
             return {"injected": {"target": target, "mode": args.get("mode")}}
         if target in INFERENCE_TARGETS:  # the policy stack's own faults (inference/assembly.py)
-            return {"injected": _inject_inference(d, target, args)}
+            return {"injected": self._inject_inference(target, args)}
         if not target.startswith(RIG_TARGETS):
             raise CommandRefused(ErrorCode.NOT_IMPLEMENTED,
                                  f"failure target {target!r} has no injector in this daemon yet")
-        if d.rig is None:
+        if self.rig is None:
             raise CommandRefused(ErrorCode.REFUSED, "rig faults need the simulated robot (--sim)")
         req = {"cmd": "inject", "target": target, "mode": args.get("mode")}
         for k in ("duration_s", "severity"):
             if args.get(k) is not None:
                 req[k] = args[k]
-        resp = rig_request(str(d.rig.control_socket), req)
+        resp = rig_request(str(self.rig.control_socket), req)
         if not resp.get("ok"):
             raise CommandRefused(ErrorCode.BAD_ARGS, f"the rig refused: {resp.get('error')}")
         return {"injected": req, "rig": {k: v for k, v in resp.items() if k != "ok"}}
 
-    def model_update(args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+    def _inject_inference(self, target: str, args: dict[str, Any]) -> dict[str, Any]:
+        """failure.inject gpu fail / triton down, for duration_s (required: no mode ends them)."""
+        stack = self.policy.stack
+        if stack is None:
+            raise CommandRefused(ErrorCode.REFUSED, f"{target} faults need the policy model "
+                                 f"stack: {self.policy.unavailable() or 'not built'}")
+        if args.get("duration_s") is None:
+            raise CommandRefused(ErrorCode.BAD_ARGS,
+                                 f"{target} {args.get('mode')} needs duration_s")
+        try:
+            return stack.inject(target, str(args.get("mode")), float(args["duration_s"]))
+        except ValueError as exc:
+            raise CommandRefused(ErrorCode.REFUSED, str(exc)) from exc
+
+    def model_update(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         from edge_agent.inference.model_card import ModelError
 
-        why = d.policy.unavailable()
+        why = self.policy.unavailable()
         if why is not None:
             raise CommandRefused(ErrorCode.REFUSED, f"model.update refused: {why}")
         try:
-            out = d.policy.update_model(args["uri"], args["sha256"], args.get("version"))
+            out = self.policy.update_model(args["uri"], args["sha256"], args.get("version"))
         except ValueError as exc:
             raise CommandRefused(ErrorCode.BAD_ARGS, str(exc)) from exc
         except ModelError as exc:  # the cache is unchanged: the model in use stays
             why = str(exc)
             raise CommandRefused(ErrorCode.REFUSED, why if why.startswith("model rejected")
                                  else f"model rejected: {why}") from exc
-        d.publisher.state_changed()
+        self._state_changed()
         return out
-
-    api.register("status", status)
-    api.register("model.update", model_update)
-    api.register("estop", estop)
-    api.register("reset", reset)
-    api.register("failure.inject", failure_inject)
-    api.register("task.start", task_start)
-    api.register("task.cancel", task_cancel)
-    api.register("resume", resume)
-    api.register("manual.enter", manual_enter)
-    api.register("manual.jog", manual_jog)
-    api.register("manual.exit", manual_exit)
-
-
-def _inject_inference(d: Daemon, target: str, args: dict[str, Any]) -> dict[str, Any]:
-    """failure.inject gpu fail / triton down, for duration_s (required: no mode ends them)."""
-    stack = d.policy.stack
-    if stack is None:
-        raise CommandRefused(ErrorCode.REFUSED, f"{target} faults need the policy model stack: "
-                             f"{d.policy.unavailable() or 'not built'}")
-    if args.get("duration_s") is None:
-        raise CommandRefused(ErrorCode.BAD_ARGS, f"{target} {args.get('mode')} needs duration_s")
-    try:
-        return stack.inject(target, str(args.get("mode")), float(args["duration_s"]))
-    except ValueError as exc:
-        raise CommandRefused(ErrorCode.REFUSED, str(exc)) from exc
 
 
 def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[str, Any]:
@@ -199,31 +208,3 @@ def rig_request(path: str, req: dict[str, Any], timeout: float = 2.0) -> dict[st
         return json_line_request(path, req, timeout, what=str(req.get("cmd")))
     except EdgeAgentError as exc:
         return {"ok": False, "error": f"rig control socket {path}: {exc}"}
-
-
-def status_payload(d: Daemon) -> dict[str, Any]:
-    now = time.monotonic()
-    return {
-        "device": d.cfg.device.id, "version": __version__, "boot_id": d.boot_id,
-        "uptime_s": round(now - d.started_mono, 3), "startup_ms": d.startup_ms,
-        "link_up_ms": d.link_up_ms,
-        "config_hash": d.cfg.hash, "sim": d.sim, **d.publisher.build_state(),
-        "executor": d.executor.status(),
-        "journal": d.decisions.stats() if d.decisions is not None else None,
-        "inference": d.policy.status(),
-        "link": {**d.mirror.summary(), "watch": d.watch.summary()},
-        "reports": d.reports.status(),
-        "loop": {**d.loop.stats.as_dict(), "rate_hz": round(1.0 / d.loop.period, 3),
-                 "scheduling": d.loop.scheduling,
-                 "reader_scheduling": d.guardian.reader_scheduling if d.guardian else None,
-                 "output_at_deadline": d.output.at_deadline,
-                 "sent_at_once": d.output.sent_at_once, "gc": d.gc_stats.as_dict()}
-        if d.loop else None,
-        # connected with the command subscription granted: a command published now is received
-        "background": d.background, "mqtt_connected": bool(
-            d.publisher.bridge is not None and d.publisher.bridge.ready),
-        # not connected is visible here with its reason (a TLS file, a refused login, ...)
-        "mqtt": d.publisher.mqtt_status(),
-        # every probe: level, message, figures, strikes, next run (health/monitor.py)
-        "health": d.health.status() if d.health is not None else None,
-    }

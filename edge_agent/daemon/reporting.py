@@ -1,6 +1,6 @@
 """The daemon's repair reports: records from the stop latch and the executor into the outbox.
 
-`DaemonReports(daemon)` subscribes to the interfaces that exist: a latch listener (every e-stop
+`DaemonReports(...)` subscribes to the interfaces that exist: a latch listener (every e-stop
 and protective stop cause, with the sensor window before it) and the executor's
 `on_fault_record` (each L3 diagnosis). Both run on the thread that saw the fault and only
 capture a record and enqueue it; the report is built, persisted, plotted (in a subprocess) and
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.executor.latch import LatchState
@@ -30,7 +31,9 @@ from edge_agent.reports.sinks import DiskSink, MqttSink, Published
 from edge_agent.vocab import ESTOP_CAUSES, StopCause
 
 if TYPE_CHECKING:
-    from edge_agent.daemon.app import Daemon
+    from edge_agent.config import Config
+    from edge_agent.daemon.control import ControlPath
+    from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
 OUTBOX_DIR = "outbox"
@@ -40,31 +43,37 @@ DECISIONS_IN_REPORT = 10
 class DaemonReports:
     """See the module doc; `start()` after the state dir exists, `stop()` idempotent."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        cfg = daemon.cfg.reports
-        secrets = [s.reveal() for s in (cfg.webhook_url, daemon.cfg.mqtt.password) if s]
-        sinks: list[Sink] = [DiskSink(cfg.dir, cfg.max_files),
-                             MqttSink(self._publish, daemon.cfg.device.id)]
-        if cfg.webhook_url is not None:
+    def __init__(self, cfg: Config, *, boot_id: str, control: ControlPath,
+                 decisions: DecisionJournal | None,
+                 model_status: Callable[[], dict[str, Any] | None],
+                 publish_event: Callable[[dict[str, Any]], None],
+                 publish_report: Callable[[Mapping[str, Any]], Published | None]) -> None:
+        self.control = control
+        self._decisions_journal = decisions
+        self._model_status = model_status
+        self._origin_fields = (cfg.device.id, boot_id, cfg.hash)
+        r = cfg.reports
+        secrets = [s.reveal() for s in (r.webhook_url, cfg.mqtt.password) if s]
+        sinks: list[Sink] = [DiskSink(r.dir, r.max_files), MqttSink(publish_report, cfg.device.id)]
+        if r.webhook_url is not None:
             from edge_agent.reports.webhook import WebhookSink
 
             sinks.append(WebhookSink(
-                cfg.webhook_url.reveal(), fmt=cfg.webhook_format, device=daemon.cfg.device.id,
-                rate_per_min=cfg.webhook_rate_per_min, merge_window_s=cfg.merge_window_s,
-                timeout_s=cfg.webhook_timeout_s))
-        self.outbox = Outbox(daemon.state_dir / OUTBOX_DIR, sinks, max_entries=cfg.outbox_max,
-                             plot=cfg.plot, max_rows=cfg.table_rows,
-                             retry_min_s=cfg.retry_min_s, retry_max_s=cfg.retry_max_s,
-                             secrets=secrets, on_event=daemon.publisher.event,
-                             plot_repeat_s=cfg.merge_window_s)
-        self._sample_hz = daemon.executor.cfg.diagnostic_sample_hz
+                r.webhook_url.reveal(), fmt=r.webhook_format, device=cfg.device.id,
+                rate_per_min=r.webhook_rate_per_min, merge_window_s=r.merge_window_s,
+                timeout_s=r.webhook_timeout_s))
+        self.outbox = Outbox(Path(cfg.state_dir) / OUTBOX_DIR, sinks, max_entries=r.outbox_max,
+                             plot=r.plot, max_rows=r.table_rows,
+                             retry_min_s=r.retry_min_s, retry_max_s=r.retry_max_s,
+                             secrets=secrets, on_event=publish_event,
+                             plot_repeat_s=r.merge_window_s)
+        self._sample_hz = control.executor.cfg.diagnostic_sample_hz
 
     def subscribe(self) -> None:
         """Listen to the latch and the executor's fault records (after the daemon's own
         latch listener, which sends the stop frame)."""
-        self.d.latch.add_listener(self._on_latch)
-        self.d.executor.on_fault_record = self._on_fault_record
+        self.control.latch.add_listener(self._on_latch)
+        self.control.executor.on_fault_record = self._on_fault_record
 
     def start(self) -> None:
         self.outbox.start()
@@ -83,12 +92,12 @@ class DaemonReports:
     def _on_latch(self, state: LatchState, cause: StopCause | None) -> None:
         if cause is None:
             return  # a reset or an update, not a new stop
-        d = self.d
-        with d.exec_lock:  # re-entrant: a collision trips the latch inside the tick
-            ex = d.executor
+        c = self.control
+        with c.executor_lock:  # re-entrant: a collision trips the latch inside the tick
+            ex = c.executor
             mode, st, task, samples = ex.mode, ex.state.value, ex.task, ex.sensor_snapshot()
         kind = "estop" if cause in ESTOP_CAUSES else "protective_stop"
-        mono = state.tripped_at if state.tripped_at is not None else d.clock.now()
+        mono = state.tripped_at if state.tripped_at is not None else c.clock.now()
         wall = time.time()
         hz = self._sample_hz
 
@@ -105,27 +114,20 @@ class DaemonReports:
 
     # -- on the outbox thread --------------------------------------------------------------
     def _origin(self) -> Origin:
-        d = self.d
         sha = None
         try:
-            st = d.policy.status()
+            st = self._model_status()
             model = st.get("model") if st else None
             sha = model.get("sha256") if isinstance(model, Mapping) else None
         except Exception:  # a report without the model's hash beats no report
             _log.exception("report_model_status_failed")
-        return Origin(d.cfg.device.id, d.boot_id, d.cfg.hash, sha)
+        return Origin(*self._origin_fields, sha)
 
     def _decisions(self) -> list[dict[str, Any]]:
-        j = self.d.decisions
+        j = self._decisions_journal
         if j is None:
             return []
         return [{"t_s": round(x.t, 4), "state": x.state, "action": x.action,
                  "backend": x.backend, "outcome": x.outcome, "accepted": x.accepted,
                  "latency_ms": round(x.latency_ms, 3) if math.isfinite(x.latency_ms) else None}
                 for x in j.recent(DECISIONS_IN_REPORT)]
-
-    def _publish(self, payload: Mapping[str, Any]) -> Published | None:
-        bridge = self.d.publisher.bridge
-        if bridge is None:
-            return None
-        return bridge.publish_report(payload)  # None when not connected

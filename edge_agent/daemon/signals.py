@@ -15,12 +15,17 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from edge_agent.daemon.supervisor import Spawn
+
 
 def _nothing(signum: int, frame: FrameType | None) -> None:
     return None  # the wakeup fd carries it to the thread below; nothing here may block
 
 
-def route_signals(on_stop: Callable[[], None], on_estop: Callable[[], None]) -> None:
+def route_signals(on_estop: Callable[[], None], spawn: Spawn) -> threading.Event:
+    """Route the signals to a thread started with `spawn` (named `signals`, it lives as long
+    as the process); the returned event is set by SIGTERM/SIGINT."""
+    stop_requested = threading.Event()
     r, w = os.pipe()
     os.set_blocking(w, False)
     signal.set_wakeup_fd(w, warn_on_full_buffer=False)
@@ -39,6 +44,7 @@ def route_signals(on_stop: Callable[[], None], on_estop: Callable[[], None]) -> 
                 if signum == signal.SIGUSR1:
                     on_estop()
                 elif signum in (signal.SIGTERM, signal.SIGINT):
-                    on_stop()
+                    stop_requested.set()
 
-    threading.Thread(target=run, name="signals", daemon=True).start()
+    spawn("signals", run)
+    return stop_requested

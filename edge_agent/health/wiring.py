@@ -60,12 +60,12 @@ FALLBACK: Mapping[DegradationMode, str] = {
 class HealthSources:
     """What the probes read and where the monitor's decisions go (all plain callables)."""
 
-    publish: Callable[[dict[str, Any]], None]  # an event out (Publisher.event)
+    publish: Callable[[dict[str, Any]], None]  # an event out (CommsHub.event)
     tap_events: Callable[[Callable[[Mapping[str, Any]], None]], None]  # sees every event
     state_changed: Callable[[], None]
     submit_report: Callable[[ModeRecord], object]  # DaemonReports.submit
     mqtt_ready: Callable[[], bool]  # connected with the command subscription granted
-    mqtt_detail: Callable[[], Mapping[str, Any]]  # Publisher.mqtt_status
+    mqtt_detail: Callable[[], Mapping[str, Any]]  # CommsHub.mqtt_status
     outbox_pending: Callable[[], int]
     link_frames: Callable[[], int]
     link_up: Callable[[], bool]

@@ -1,4 +1,4 @@
-"""The daemon's policy: the rule-based expert until the model stack is built and loaded.
+"""Loads the daemon's policy: the rule-based expert decides until the model stack is built, loaded.
 
 With `inference.model` or `inference.triton_url` set, `start()` (on the start-up thread, after
 READY — or before it with `--eager`) builds the inference stack, hands its router to the
@@ -27,15 +27,15 @@ if TYPE_CHECKING:
 _log = get_logger(__name__)
 
 
-class DaemonPolicy:
+class PolicyLoader:
     """Owns the inference stack (None until built) and says which backend decides."""
 
-    def __init__(self, cfg: Config, executor: Executor, exec_lock: threading.RLock,
+    def __init__(self, cfg: Config, executor: Executor, executor_lock: threading.RLock,
                  journal: DecisionJournal | None, events: MutableSequence[dict[str, Any]],
                  publish: Callable[[dict[str, Any]], None]) -> None:
         self._cfg = cfg
         self._executor = executor
-        self._lock = exec_lock
+        self._lock = executor_lock
         self._journal = journal
         self._events = events  # drained and published by the daemon's main thread
         self._publish = publish

@@ -1,23 +1,24 @@
 """Runs the rest calibration in the daemon (background, after READY) and applies what it may.
 
-    result = calibrate_daemon(daemon)   # in the start-up background thread; blocks ~2 s
+    calibrate(mirror, send, hub, robot, results=background, publish=..., should_stop=...)
 
 For `window_s` it samples the raw STATUS stream (the link mirror's last frame, polled every
 2 ms) and the camera's object pose, and interleaves PING frames through the link guardian,
-timing each PONG by the link reader's arrival stamp; then `calibration.RestCalibrator` does the
+timing each PONG by the link reader's arrival stamp; then `rest_calibration.RestCalibrator` does the
 estimation. The wrist-force offset is applied at once (`SensorHub.set_calibration`); the object
 pose offset too when a reference pose was given; joint encoder offsets are published only (see
-calibration.py). The result lands in `daemon.background["calibration"]` (so in `status`) and in
-a `calibration_ready` event (`calibration_failed` when the link never came up).
+rest_calibration.py). Its summary lands in `results["calibration"]` (`status.background`),
+then the result goes out in a `calibration_ready` event (`calibration_failed` when the link never
+came up).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.daemon.calibration import CalibrationLimits, CalibrationResult, RestCalibrator
+from edge_agent.daemon.rest_calibration import CalibrationLimits, CalibrationResult, RestCalibrator
 from edge_agent.errors import LinkError
 from edge_agent.link.codec import Message, Ping
 from edge_agent.log import get_logger
@@ -25,7 +26,6 @@ from edge_agent.robot import RobotDescription
 from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
-    from edge_agent.daemon.app import Daemon
     from edge_agent.daemon.linkmirror import LinkMirror
     from edge_agent.sensors.hub import SensorHub
 
@@ -89,47 +89,42 @@ def run_calibration(mirror: LinkMirror, send: Callable[[Message], None], hub: Se
     return cal.result(object_reference=object_reference)
 
 
-def calibrate_daemon(d: Daemon, *, object_reference: Sequence[float] | None = None,
-                     apply: Sequence[str] | None = None, window_s: float = 2.0
-                     ) -> CalibrationResult | None:
-    """Calibrate the running daemon, apply, publish (status + event). Never raises."""
+def calibrate(mirror: LinkMirror, send: Callable[[Message], None], hub: SensorHub,
+              robot: RobotDescription, *, results: MutableMapping[str, Any],
+              publish: Callable[[dict[str, Any]], None],
+              should_stop: Callable[[], bool],
+              object_reference: Sequence[float] | None = None,
+              apply: Sequence[str] | None = None, window_s: float = 2.0) -> dict[str, Any]:
+    """Calibrate the running daemon, apply, keep the summary in `results`, publish the event.
+    Never raises; the summary again."""
     t0 = time.monotonic()
-
-    def send(msg: Message) -> None:
-        g = d.guardian
-        if g is None:
-            raise LinkError("no link guardian")
-        g.send(msg)
-
     try:
-        res = run_calibration(d.mirror, send, d.hub, d.cfg.robot, window_s=window_s,
-                              object_reference=object_reference,
-                              should_stop=d._stop_event.is_set)
+        res = run_calibration(mirror, send, hub, robot, window_s=window_s,
+                              object_reference=object_reference, should_stop=should_stop)
     except Exception as exc:
         _log.exception("calibration_failed")
         res, why = None, f"error: {exc}"
     else:
-        why = ("the daemon is stopping" if d._stop_event.is_set()
+        why = ("the daemon is stopping" if should_stop()
                else "no STATUS from the robot (link down)")
     ms = round((time.monotonic() - t0) * 1e3, 1)
     if res is None:
-        d.background["calibration"] = {"ok": False, "reason": why, "ms": ms}
-        d.publisher.event({"type": EventType.CALIBRATION_FAILED, "reason": why})
-        return None
+        results["calibration"] = failed = {"ok": False, "reason": why, "ms": ms}
+        publish({"type": EventType.CALIBRATION_FAILED, "reason": why})
+        return failed
     channels = tuple(apply) if apply is not None else (
         DEFAULT_APPLY + (("object_pose",) if object_reference is not None else ()))
     offsets = res.offsets(channels)
     try:
         if offsets:
-            d.hub.set_calibration(offsets)
+            hub.set_calibration(offsets)
     except ValueError as exc:  # a channel the robot description lacks
         _log.error("calibration_not_applied", error=str(exc))
         offsets = {}
-    summary: dict[str, Any] = {"ok": True, "ms": ms, "applied": sorted(offsets), **res.as_dict()}
-    d.background["calibration"] = summary
-    d.publisher.event({"type": EventType.CALIBRATION_READY,
-                       **_event_fields(res, sorted(offsets), ms)})
-    return res
+    summary = {"ok": True, "ms": ms, "applied": sorted(offsets), **res.as_dict()}
+    results["calibration"] = summary
+    publish({"type": EventType.CALIBRATION_READY, **_event_fields(res, sorted(offsets), ms)})
+    return summary
 
 
 def _event_fields(res: CalibrationResult, applied: list[str], ms: float) -> dict[str, Any]:

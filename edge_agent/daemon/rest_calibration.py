@@ -1,6 +1,6 @@
 """Rest calibration, pure: sensor offsets, the link's round trip and the firmware clock's offset.
 
-Samples in, estimates out — no I/O, no clock: the daemon's runner (`calibrator.py`) feeds it
+Samples in, estimates out — no I/O, no clock: the daemon's runner (`calibration_run.py`) feeds it
 from the link, the lock-step tests feed it from the simulated firmware. What the daemon can
 honestly observe with the robot at rest, and what it cannot:
 
