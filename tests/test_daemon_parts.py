@@ -21,8 +21,3 @@ def test_no_part_imports_the_composition_root(path: Path) -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert "edge_agent.daemon.app" not in imported
-
-
-@pytest.mark.parametrize("path", DAEMON, ids=lambda p: p.name)
-def test_every_daemon_module_stays_under_400_lines(path: Path) -> None:
-    assert len(path.read_text(encoding="utf-8").splitlines()) <= 400

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config import checks as config_checks
+import edge_agent.config.checks as config_checks
 from edge_agent.config.checks import LoadContext
 from edge_agent.config.schema import (
     SCHEMA_VERSION,

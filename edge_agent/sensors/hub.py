@@ -3,29 +3,27 @@
 The link reader thread calls `update(msg, now)` with every decoded STATUS, SENSOR and ESTOP_EDGE
 frame. The hub validates each sample (firmware valid flag, dimension, finite values), drops
 spikes on the channels it filters, subtracts calibration offsets, feeds the channel's Kalman
-estimator (built with the hub: every `on_loss = "predict"` channel is predicted from its first
-frame on; the closed form needs neither filterpy nor numpy), and publishes an immutable state
-by swapping one reference under a lock. The control thread calls `snapshot(now)`: it takes
-that reference and works out freshness, predictions and bounds for `now` without holding the
-lock and without copying big structures.
+estimator (built with the hub, so a `predict` channel is predicted from its first frame; the
+closed form needs neither filterpy nor numpy), and publishes an immutable state by swapping one
+reference under a lock. The control thread's `snapshot(now)` works out freshness, predictions
+and bounds for `now` from that reference, without the lock and without copying.
 
 STATUS fields map onto the description's "status" channels by name (docs/PROTOCOL.md §2):
 joint_encoders <- q, joint_currents <- current, gripper_position <- gripper_pos, wrist_force <-
 gripper_force (the force sensor behind the fingers), estop_input <- flags.ESTOP_INPUT.
 SENSOR frames map by channel id onto the "sensor" channels.
 
-An estimator is fed at most `estimator_rate_hz` (default 100 Hz) samples per second (a step
-and its state copy cost a few µs of the reader thread; the joint encoders and the wrist force
-at 1 kHz would cost ten times that). Predictions extrapolate from the filter's own time, so
-skipping samples costs accuracy only, not timing.
+An estimator is fed at most `estimator_rate_hz` (100 Hz) samples a second (a step costs a few
+µs of the reader thread; 1 kHz channels would cost ten times that). Predictions extrapolate from
+the filter's own time, so skipping samples costs accuracy only, not timing.
 
 The STATUS path runs at 1 kHz on the reader thread and competes for the GIL with the control
 loop, so it is lean: per channel a precomputed spec (field, dim, spike filter, offset,
 estimator), finiteness checked with one `sum`, and the estimates tuple rebuilt only when an
 estimate changed. `hil/bench_link_reader.py` measures it.
 
-Threads: one writer (`update`; `set_calibration` and `attach_estimators` may come from any
-thread), any number of readers (`snapshot`). No I/O; time is always passed in.
+Threads: one writer (`update`; `set_calibration`, `attach_estimators` from any thread), any
+number of readers (`snapshot`). No I/O; time is always passed in.
 """
 
 from __future__ import annotations
@@ -312,14 +310,12 @@ class SensorHub:
         return tuple(self._channels)
 
     def add_stale_listener(self, listener: StaleListener) -> None:
-        """Call `listener(channels, now)` when channels that had samples go stale — in host
-        time and in the firmware's (the robot kept reporting without them: a stalled host or a
-        silent link tells nothing). The health monitor's fast path; it runs inside `snapshot`,
-        on the control thread: only enqueue."""
+        """Call `listener(channels, now)` when channels that had samples go stale in host and
+        firmware time (a stalled host or a silent link tells nothing): the health monitor's
+        fast path. It runs inside `snapshot`, on the control thread: only enqueue."""
         self._stale_listeners = (*self._stale_listeners, listener)
 
     # ------------------------------------------------------------------ reader side
-
     def snapshot(self, now: float) -> Snapshot:
         """The picture at host time `now`: measured, predicted or stale, with every bound.
 
