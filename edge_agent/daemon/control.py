@@ -39,8 +39,9 @@ from edge_agent.link.codec import (
     StopReason,
 )
 from edge_agent.link.guardian_client import GuardianClient
+from edge_agent.log import bind_task
 from edge_agent.sensors.hub import SensorHub
-from edge_agent.vocab import ESTOP_CAUSES, StopCause
+from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
@@ -207,7 +208,12 @@ class ControlPath:
         while self.events:
             ev = self.events.popleft()
             persist_now = persist_now or ev.get("type") in PERSISTED_EVENTS
+            kind = ev.get("type")
+            if kind in (EventType.TASK_STARTED, EventType.TASK_RESUMED):
+                bind_task(ev.get("task_id"))  # this thread's records carry the task from now
             publish(ev)
+            if kind == EventType.TASK_DONE:
+                bind_task(None)
         return persist_now
 
     def loop_status(self) -> dict[str, Any] | None:
