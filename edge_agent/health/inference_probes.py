@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edge_agent.health.probe import Figure, Probe, ProbeResult
+from edge_agent.health.probe import Figure, GuardedProbe, Probe, ProbeResult
 from edge_agent.inference.backend import EventKind
 from edge_agent.inference.gpu_stats import gpu_figures
 from edge_agent.inference.onnx_backend import OnnxBackend
@@ -37,14 +37,11 @@ MODEL_BACKENDS = ("triton", "local", "cached")
 GPU_WARN_TEMPERATURE_C = 85
 
 
-class _Probe:
-    """Name, mode, subject, period: what every probe here declares."""
+class _Probe(GuardedProbe):
+    """A probe of the inference stack; `fast_fail` names its event for the fast path."""
 
     # the inference event (type, backend) that is this probe's failure at once (fails_on)
     fast_fail: tuple[EventKind, str] | None = None
-
-    def __init__(self, name: str, mode: DegradationMode, period_s: float | None = None) -> None:
-        self._name, self._mode, self._period = name, mode, period_s
 
     def fails_on(self, event: Mapping[str, Any]) -> str | None:
         """The monitor's fast path (health/probe.py EventAware): this probe's event, at once."""
@@ -54,31 +51,6 @@ class _Probe:
         if event.get("type") == kind.value and event.get("backend") == backend:
             return str(event.get("detail") or kind.value)
         return None
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def mode(self) -> DegradationMode | None:
-        return self._mode
-
-    @property
-    def subject(self) -> str:
-        return ""
-
-    @property
-    def period_s(self) -> float | None:
-        return self._period
-
-    def check(self, now: float) -> ProbeResult:
-        try:
-            return self._check(now)
-        except Exception as e:  # a probe never raises: its own failure is a failed check
-            return ProbeResult.error(f"{self._name} probe raised {type(e).__name__}: {e}")
-
-    def _check(self, now: float) -> ProbeResult:
-        raise NotImplementedError
 
 
 class GpuProbe(_Probe):

@@ -79,6 +79,27 @@ class Probe(Protocol):
         ...
 
 
+class GuardedProbe:
+    """A base for probes: name, mode, subject and period as plain attributes (the protocol's
+    properties), and a `check` that never raises — a subclass writes `_check`, and whatever it
+    raises is this probe's ERROR, with why."""
+
+    subject = ""
+
+    def __init__(self, name: str, mode: DegradationMode | None,
+                 period_s: float | None = None) -> None:
+        self.name, self.mode, self.period_s = name, mode, period_s
+
+    def check(self, now: float) -> ProbeResult:
+        try:
+            return self._check(now)
+        except Exception as e:  # a probe never raises: its own failure is a failed check
+            return ProbeResult.error(f"{self.name} probe raised {type(e).__name__}: {e}")
+
+    def _check(self, now: float) -> ProbeResult:
+        raise NotImplementedError
+
+
 def fail_after_of(probe: Probe) -> int | None:
     """A probe's own `fail_after` (optional attribute; None: `health.fail_after`)."""
     value = getattr(probe, "fail_after", None)

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edge_agent.health.probe import Figure, Probe, ProbeResult
+from edge_agent.health.probe import Figure, GuardedProbe, Probe, ProbeResult
 from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
 from edge_agent.sensors.hub import SensorHub
@@ -57,35 +57,12 @@ class _Snapshots:
         return snap
 
 
-class _ChannelProbe:
+class _ChannelProbe(GuardedProbe):
     def __init__(self, name: str, channel: SensorChannel, mode: DegradationMode | None,
                  snapshots: _Snapshots) -> None:
-        self._name, self._ch, self._mode, self._snaps = name, channel, mode, snapshots
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def mode(self) -> DegradationMode | None:
-        return self._mode
-
-    @property
-    def subject(self) -> str:
-        return self._ch.name if self._mode is not None else ""
-
-    @property
-    def period_s(self) -> float | None:
-        return None
-
-    def check(self, now: float) -> ProbeResult:
-        try:
-            return self._check(now)
-        except Exception as e:  # a probe never raises: its own failure is a failed check
-            return ProbeResult.error(f"{self._name} probe raised {type(e).__name__}: {e}")
-
-    def _check(self, now: float) -> ProbeResult:
-        raise NotImplementedError
+        super().__init__(name, mode)
+        self._ch, self._snaps = channel, snapshots
+        self.subject = channel.name if mode is not None else ""
 
 
 class SensorFreshnessProbe(_ChannelProbe):
