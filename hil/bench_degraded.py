@@ -1,0 +1,424 @@
+"""Benchmark: pick-and-place under each single degradable fault, and the Kalman prediction error.
+
+    python3 -m hil.bench_degraded [--n 100] [--faults camera,wrist_force,...] [--mqtt-port 0]
+
+Part 1 — one real `edge-agent run --sim` daemon (tests/daemon_proc.py's DaemonProc: the same
+process, config and socket helpers as the daemon tests; `health.period_s` from `--period-s`).
+Before each task the simulated cube is put at a seeded random pose in the rig's object box
+(configs/rig/default.toml, as hil.pty_episodes), `task.start` goes over the local control socket,
+and `--inject-at-s` later the fault is injected with `failure.inject` for its duration (broker
+loss: the private Mosquitto is stopped and started again). Per fault: the success rate (target
+≥ 95 %) beside the no-fault baseline's of the same run, task duration (median / P99 / max and the
+ratio of medians to the baseline), fault → mode latency (injection → the daemon's `degraded`
+event, wall clock: the event's log stamp), recovery latency (the fault's end → `recovered`), and
+the modes seen. A fault whose injector this daemon lacks, or whose part is not configured (a GPU,
+a Triton server), is skipped with the reason printed. Before the next task the bench waits for
+`state.degraded` to empty again.
+
+Part 2 — Kalman prediction RMSE against the rig's ground truth for dropouts of 50, 200 and
+1,000 ms. The daemon reports no predicted value outside its process (not in `status`, telemetry
+or the journal), so this part runs the daemon's core in lock-step with the simulated firmware
+(hil/daemon_lockstep.py: the real Daemon, its SensorHub and estimators, virtual time): mid-task,
+with the cube in the gripper (it moves), a dropout of the channel is injected at the rig, and at
+every 5 ms of the dropout the hub's snapshot value (source `predicted`) is compared with the
+rig's true state (`object.xyz`, `gripper.force_n`). Baseline: the same error of the channel's
+fresh measurements in the 0.3 s before the dropout (sensor noise and the rig's hidden bias).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the daemon and broker helpers of the daemon tests
+
+from daemon_proc import DaemonProc  # noqa: E402
+from mosquitto import Mosquitto, wait_until  # noqa: E402
+
+MQTT_USER, MQTT_PASSWORD = "dev1", "dev1-secret-pw"
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """One single fault of the benchmark: what `failure.inject` gets, and the mode expected."""
+
+    name: str
+    target: str  # a failure.inject target; "broker" = stop the private Mosquitto
+    mode: str
+    duration_s: float
+    severity: float | None = None
+    expect: tuple[str, str] | None = None  # (mode, subject) a degraded event should carry
+
+
+FAULTS: dict[str, Fault] = {f.name: f for f in (
+    # inside the channel's bound (robot description predict_max_s: 1.0 s and 0.5 s)
+    Fault("camera", "sensor:object_pose", "dropout", 0.5,
+          expect=("sensor_predicted", "object_pose")),
+    Fault("wrist_force", "sensor:wrist_force", "dropout", 0.3,
+          expect=("sensor_predicted", "wrist_force")),
+    Fault("stuck_encoder", "sensor:joint_encoders", "stuck", 0.5),
+    Fault("spikes", "sensor:wrist_force", "spikes", 2.0, severity=1.0),
+    Fault("gpu", "gpu", "fail", 3.0, expect=("cpu_inference", "")),
+    Fault("triton", "triton", "down", 3.0, expect=("remote_policy_lost", "")),
+    Fault("broker", "broker", "stop", 3.0, expect=("broker_lost", "")),
+)}
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+def describe(xs: list[float], unit: str = "s") -> str:
+    if not xs:
+        return "no samples"
+    return (f"median {statistics.median(xs):.3f} {unit}, P99 {pct(xs, 0.99):.3f} {unit}, "
+            f"max {max(xs):.3f} {unit} (n={len(xs)})")
+
+
+def log_time(rec: dict[str, Any]) -> float:
+    """A JSON log line's wall time in seconds."""
+    ts = rec.get("ts")
+    if isinstance(ts, int | float):
+        return float(ts)
+    return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
+
+
+def events(d: DaemonProc, kind: str, since: float) -> list[dict[str, Any]]:
+    return [e for e in d.events("event") if e.get("type") == kind and log_time(e) >= since]
+
+
+def status(d: DaemonProc) -> dict[str, Any]:
+    r = d.socket_cmd("status")
+    if not r.get("ok"):
+        raise RuntimeError(f"status refused: {r}")
+    return r["result"]  # type: ignore[no-any-return]
+
+
+@dataclass
+class Run:
+    """One fault's tasks: outcomes, durations, latencies."""
+
+    outcomes: list[str]
+    durations: list[float]
+    to_mode: list[float]
+    to_recovered: list[float]
+    modes: dict[str, int]
+    failures: dict[str, int]
+    missed_mode: int = 0
+    missed_recovery: int = 0
+
+
+class Bench:
+    """The daemon, its broker and the seeded cube poses."""
+
+    def __init__(self, d: DaemonProc, broker: Mosquitto | None, args: argparse.Namespace) -> None:
+        self.d, self.broker, self.args = d, broker, args
+        rig_cfg = tomllib.loads((ROOT / "configs" / "rig" / "default.toml").read_text())
+        self.lo, self.hi = rig_cfg["object"]["box_min_m"], rig_cfg["object"]["box_max_m"]
+        self.half = rig_cfg["object"]["size_m"] / 2
+        self.rng = random.Random(args.seed)
+
+    def skip_reason(self, f: Fault) -> str | None:
+        """Why this fault cannot be run on this daemon (None: it can)."""
+        if f.target == "broker":
+            return None if self.broker is not None else (
+                "broker loss needs the private Mosquitto (--mqtt-port 0 and mosquitto installed)")
+        inference = status(self.d).get("inference") or {}
+        if f.target == "triton" and not json.dumps(inference).count("triton"):
+            return "no Triton server configured (inference.triton_url unset)"
+        if f.target == "gpu" and "CUDAExecutionProvider" not in json.dumps(inference):
+            return "no GPU execution provider configured (CPU-only inference)"
+        return None
+
+    def settle(self) -> None:
+        """Idle, no mode in force: the previous task's fault is gone."""
+        wait_until(lambda: status(self.d)["degraded"] == [], 60, "no mode in force")
+        st = status(self.d)
+        if st["mode"] not in ("idle", "holding") or st.get("stop"):
+            wait_until(lambda: self.d.socket_cmd("reset")["ok"], 30, "reset")
+
+    def inject(self, f: Fault) -> tuple[float, float] | str:
+        """Inject `f`; (wall time of injection, wall time of its end) or the refusal."""
+        t0 = time.time()
+        if f.target == "broker":
+            assert self.broker is not None
+            broker = self.broker
+            broker.stop()
+            end = time.time() + f.duration_s
+            threading.Timer(f.duration_s, broker.start).start()
+            return t0, end
+        args: dict[str, Any] = {"target": f.target, "mode": f.mode, "duration_s": f.duration_s}
+        if f.severity is not None:
+            args["severity"] = f.severity
+        r = self.d.socket_cmd("failure.inject", args)
+        if not r.get("ok"):
+            return str(r.get("error"))
+        return t0, time.time() + f.duration_s
+
+    def task(self, f: Fault | None, run: Run) -> None:
+        xyz = [self.rng.uniform(self.lo[0], self.hi[0]), self.rng.uniform(self.lo[1], self.hi[1]),
+               self.half]
+        self.d.rig({"cmd": "set", "key": "object_xyz", "value": xyz})
+        time.sleep(1.0)  # the camera estimate settles on the new pose (as hil.pty_episodes)
+        t_start = time.time()
+        r = self.d.socket_cmd("task.start")
+        if not r.get("ok"):
+            run.outcomes.append(f"refused:{r['error']['code']}")
+            return
+        window: tuple[float, float] | None = None
+        if f is not None:
+            time.sleep(self.args.inject_at_s)  # a running task, mid-motion
+            got = self.inject(f)
+            if isinstance(got, str):
+                run.outcomes.append(f"inject refused: {got}")
+                return
+            window = got
+        try:
+            wait_until(lambda: bool(events(self.d, "task_done", t_start)), self.args.timeout_s,
+                       "task_done")
+            done = events(self.d, "task_done", t_start)[0]
+            run.outcomes.append(str(done["outcome"]))
+            if done["outcome"] != "success":
+                why = str(done.get("message"))[:120]
+                run.failures[why] = run.failures.get(why, 0) + 1
+            run.durations.append(float(done["duration_s"]))
+        except AssertionError:
+            run.outcomes.append("timeout")
+            self.d.socket_cmd("task.cancel")
+        if window is not None:
+            self.latencies(f, window, run)  # type: ignore[arg-type]
+
+    def latencies(self, f: Fault, window: tuple[float, float], run: Run) -> None:
+        t_inj, t_end = window
+        deadline = time.monotonic() + max(10.0, 8 * self.args.period_s + f.duration_s)
+        deg: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            evs = events(self.d, "degraded", t_inj - 0.05)
+            if f.expect is not None:
+                evs = [e for e in evs if (e.get("mode"), e.get("subject", "")) == f.expect]
+            if evs:
+                deg = evs[0]
+                break
+            if f.expect is None and time.time() > t_end + 4 * self.args.period_s:
+                break  # no mode is expected; what came in the window is counted
+            time.sleep(0.05)
+        if deg is None:
+            run.missed_mode += f.expect is not None
+            return
+        key = f"{deg.get('mode')}/{deg.get('subject') or '-'}"
+        run.modes[key] = run.modes.get(key, 0) + 1
+        run.to_mode.append(log_time(deg) - t_inj)
+        while time.monotonic() < deadline + 30:
+            rec = [e for e in events(self.d, "recovered", log_time(deg))
+                   if (e.get("mode"), e.get("subject")) == (deg.get("mode"), deg.get("subject"))]
+            if rec:
+                run.to_recovered.append(log_time(rec[0]) - t_end)
+                return
+            time.sleep(0.05)
+        run.missed_recovery += 1
+
+    def run(self, f: Fault | None) -> Run:
+        out = Run([], [], [], [], {}, {})
+        for i in range(self.args.n):
+            self.settle()
+            self.task(f, out)
+            print(f"  {f.name if f else 'baseline'} task {i}: {out.outcomes[-1]}", flush=True)
+        return out
+
+
+def report(name: str, r: Run, base: Run | None) -> None:
+    ok = r.outcomes.count("success")
+    rate = 100 * ok / max(1, len(r.outcomes))
+    line = f"{name}: success {ok}/{len(r.outcomes)} = {rate:.1f} %"
+    if base is not None:
+        b_rate = 100 * base.outcomes.count("success") / max(1, len(base.outcomes))
+        line += f" (baseline {b_rate:.1f} %, target >= 95 %)"
+    print(line)
+    others = {o: r.outcomes.count(o) for o in sorted(set(r.outcomes)) if o != "success"}
+    if others:
+        print(f"  other outcomes: {others}; why: {r.failures}")
+    ratio = ""
+    if base is not None and base.durations and r.durations:
+        ratio = f"; {statistics.median(r.durations) / statistics.median(base.durations):.2f}x " \
+                "the baseline's median"
+    print(f"  task duration: {describe(r.durations)}{ratio}")
+    if base is None:
+        return
+    print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
+    print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
+          f"none: {r.missed_recovery}")
+    print(f"  modes entered: {r.modes or 'none'}")
+
+
+# ---------------------------------------------------------------- part 2: Kalman prediction RMSE
+
+RMSE_CHANNELS = {"object_pose": ("object", "xyz"), "wrist_force": ("gripper", "force_n")}
+
+
+def rmse_lockstep(channel: str, dropout_s: float, seed: int, tmp: Path) -> tuple[
+        list[float], list[float], str, int]:
+    """Errors (m or N, Euclidean over the channel's axes) of the values the hub gives the
+    controller during one dropout of `channel` while usable (the last sample until the channel
+    is stale, then the prediction, inside the bound), of its fresh values in the 0.3 s before,
+    how the dropout ended, and how many of the dropout's values were predicted."""
+    from edge_agent.sensors.kalman import EstimatorBank
+    from edge_agent.sensors.readings import Source
+    from hil.daemon_lockstep import DaemonLockstep
+
+    h = DaemonLockstep(tmp / f"ls-{channel}-{dropout_s}-{seed}", seed=seed, estop_hold=False)
+    d = h.boot()
+    try:
+        d.hub.attach_estimators(EstimatorBank.create(h.cfg.robot))  # the daemon does at start
+        h.run_for(0.5)
+        r = h.command("task.start", {})
+        if not r.ok:
+            return [], [], f"task.start refused: {r}", 0
+        group, key = RMSE_CHANNELS[channel]
+
+        def truth() -> tuple[float, ...]:
+            v = h.runner.state()[group][key]
+            return tuple(v) if isinstance(v, list) else (float(v),)
+
+        def err(source_ok: Any) -> float | None:
+            ch = d.hub.snapshot(h.clock.now()).channel(channel)
+            if ch.reading is None or not ch.usable or not source_ok(ch.reading.source):
+                return None
+            predicted[0] += ch.reading.source is Source.PREDICTED
+            return math.dist(ch.reading.value, truth())
+
+        predicted = [0]
+
+        if not h.runner.run_until_true(lambda: bool(h.runner.state()["object"]["grasped"]), 30,
+                                       poll_s=0.01):
+            return [], [], "the cube was never grasped", 0
+        h.run_for(0.05)
+        fresh: list[float] = []
+        for _ in range(60):
+            h.run_for(0.005)
+            e = err(lambda s: s is Source.MEASURED)
+            if e is not None:
+                fresh.append(e)
+        h.runner.inject(f"sensor:{channel}", "dropout", duration_s=dropout_s)
+        pred: list[float] = []
+        end = h.runner.now + dropout_s
+        while h.runner.now < end - 1e-9:
+            h.run_for(min(0.005, end - h.runner.now))
+            e = err(lambda s: True)  # what the daemon controls with, inside the bound
+            if e is not None:
+                pred.append(e)
+        ch = d.hub.snapshot(h.clock.now()).channel(channel)
+        how = "past its bound (stop)" if ch.past_bound or ch.lost else "inside its bound"
+        return pred, fresh, how, predicted[0]
+    finally:
+        h.close()
+
+
+def rmse(xs: list[float]) -> float:
+    return math.sqrt(sum(x * x for x in xs) / len(xs)) if xs else float("nan")
+
+
+def part2(reps: int, tmp: Path) -> None:
+    from edge_agent.logsetup import configure_logging
+
+    configure_logging("warning")  # the lock-step daemons' info lines would drown the figures
+    print(f"\nKalman prediction RMSE against the rig's ground truth (lock-step, {reps} dropout(s) "
+          "each, mid-carry):")
+    for channel in RMSE_CHANNELS:
+        unit = "mm" if channel == "object_pose" else "N"
+        scale = 1e3 if channel == "object_pose" else 1.0
+        for dropout_s in (0.05, 0.2, 1.0):
+            pred: list[float] = []
+            fresh: list[float] = []
+            ends: dict[str, int] = {}
+            n_pred = 0
+            for k in range(reps):
+                p, f, how, npr = rmse_lockstep(channel, dropout_s, k + 1, tmp)
+                n_pred += npr
+                pred += p
+                fresh += f
+                ends[how] = ends.get(how, 0) + 1
+            ratio = rmse(pred) / rmse(fresh) if pred and fresh else float("nan")
+            print(f"  {channel:<12} dropout {dropout_s * 1e3:>5.0f} ms: RMSE "
+                  f"{rmse(pred) * scale:.3f} {unit} (max {max(pred, default=math.nan) * scale:.3f},"
+                  f" n={len(pred)}, {n_pred} predicted); fresh measurements "
+                  f"{rmse(fresh) * scale:.3f} {unit} (n={len(fresh)}); ratio {ratio:.2f}; "
+                  f"ended {ends}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=100, help="tasks per fault (and for the baseline)")
+    ap.add_argument("--faults", default=",".join(FAULTS),
+                    help=f"comma-separated, of: {', '.join(FAULTS)}")
+    ap.add_argument("--mqtt-port", type=int, default=0,
+                    help="0 (default): a private Mosquitto (broker loss stops it); a port: that "
+                         "broker (broker loss skipped: a shared broker is not stopped)")
+    ap.add_argument("--period-s", type=float, default=0.5, help="health.period_s")
+    ap.add_argument("--inject-at-s", type=float, default=1.0, help="after task.start")
+    ap.add_argument("--timeout-s", type=float, default=60.0, help="per task")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rmse-reps", type=int, default=5, help="dropouts per length (0: skip)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra daemon config override (repeatable)")
+    args = ap.parse_args(argv)
+    faults = [FAULTS[n] for n in args.faults.split(",") if n]
+    tmp = Path(tempfile.mkdtemp(prefix="edge-bench-degraded-"))
+    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs; health.period_s={args.period_s}")
+    broker: Mosquitto | None = None
+    extra = [f"health.period_s={args.period_s}", "sim.rig_priority=40", *args.set]
+    if args.mqtt_port == 0:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            broker = Mosquitto(tmp / "mosquitto", {MQTT_USER: MQTT_PASSWORD})
+            broker.start()
+    else:
+        extra.append(f"mqtt.port={args.mqtt_port}")
+    d = DaemonProc(tmp, broker, device=MQTT_USER, password=MQTT_PASSWORD, extra=tuple(extra))
+    t0 = time.monotonic()
+    try:
+        d.start()
+        d.wait_ready()
+        wait_until(lambda: status(d)["link_up"], 60, "link up")
+        bench = Bench(d, broker, args)
+        base = bench.run(None)
+        results: list[tuple[str, Run]] = []
+        for f in faults:
+            why = bench.skip_reason(f)
+            if why is not None:
+                print(f"{f.name}: skipped: {why}", flush=True)
+                continue
+            results.append((f.name, bench.run(f)))
+    finally:
+        d.stop()
+        (tmp / "daemon.log").write_text("\n".join(d.lines) + "\n")
+        if broker is not None:
+            broker.stop()
+    print(f"\n{args.n} task(s) per fault, {time.monotonic() - t0:.0f} s wall; load average now "
+          f"{os.getloadavg()[0]:.2f}")
+    report("baseline (no fault)", base, None)
+    for name, r in results:
+        report(name, r, base)
+    if args.rmse_reps > 0:
+        part2(args.rmse_reps, tmp)
+    print(f"logs: {tmp}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
