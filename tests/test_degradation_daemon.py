@@ -39,7 +39,7 @@ def _inject(d: DaemonProc, **args: Any) -> None:
 @pytest.fixture
 def daemon(tmp_path: Path, broker: Mosquitto) -> Any:
     d = DaemonProc(tmp_path, broker, extra=(f"health.period_s={PERIOD_S}",
-                                            "link.fault_after=4")).start()
+                                            "link.fault_after=2")).start()
     try:
         d.wait_ready()
         wait_until(lambda: _probe(d, "link").get("level") == "ok", 30, "the link probe ok")
@@ -53,7 +53,7 @@ def test_link_corruption_sets_the_link_probe_to_error_and_back_to_ok_without_a_m
     d = daemon
     runs_before = _probe(d, "link")["runs"]
     # every byte the firmware sends has a 1 % chance of a flipped bit (configs/rig): many
-    # frames are bad, and link.fault_after=4 of them in a row is a link fault
+    # frames are bad, and link.fault_after=2 of them in a row is a link fault
     _inject(d, target="link", mode="corrupt", severity=1.0)
     wait_until(lambda: bool(_events(d, "link_fault")), 30, "a link_fault event")
     fault_at = _log_time(_events(d, "link_fault")[0])
@@ -63,9 +63,10 @@ def test_link_corruption_sets_the_link_probe_to_error_and_back_to_ok_without_a_m
     assert p["figures"]["link_up"] is False and p["strikes"] >= 1, p
     assert p["mode"] is None and p["runs"] > runs_before, p
     st = _status(d)
-    # no mode for a link fault (a protective stop already holds the robot): nothing degraded
-    assert st["degraded"] == [] and st["health"]["degraded"] == [], st["health"]
-    assert not _events(d, "degraded")
+    # no mode for a link fault (a protective stop already holds the robot); the frames lost
+    # to corruption may leave a predicted channel to its estimator, and nothing else
+    assert set(st["degraded"]) <= {"sensor_predicted"}, st["health"]
+    assert {e["mode"] for e in _events(d, "degraded")} <= {"sensor_predicted"}
     assert st["stop"]["cause"] == "link_fault" or "link_fault" in st["stop"]["causes"], st
 
     r = d.rig({"cmd": "clear", "target": "link"})
@@ -76,4 +77,4 @@ def test_link_corruption_sets_the_link_probe_to_error_and_back_to_ok_without_a_m
     assert up, "a link_up event after the fault"
     p = _probe(d, "link")
     assert p["strikes"] == 0 and p["figures"]["guardian_alive"] is True, p
-    assert _status(d)["degraded"] == [] and not _events(d, "degraded")
+    wait_until(lambda: _status(d)["degraded"] == [], 30, "nothing degraded")
