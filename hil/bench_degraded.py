@@ -2,8 +2,8 @@
 
     python3 -m hil.bench_degraded [--n 100] [--faults camera,wrist_force,...] [--mqtt-port 0]
 
-Part 1 — one real `edge-agent run --sim` daemon (tests/daemon_proc.py's DaemonProc: the same
-process, config and socket helpers as the daemon tests; `health.period_s` from `--period-s`).
+Part 1 — one real `edge-agent run --sim` daemon (hil/daemon_proc.py, as the other benches;
+`health.period_s` from `--period-s`; its private Mosquitto is tests/mosquitto.py's).
 Before each task the simulated cube is put at a seeded random pose in the rig's object box
 (configs/rig/default.toml, as hil.pty_episodes), `task.start` goes over the local control socket,
 and `--inject-at-s` later the fault is injected with `failure.inject` for its duration (broker
@@ -44,11 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the daemon and broker helpers of the daemon tests
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
+from hil.steal import StealMeter
 
-from daemon_proc import DaemonProc  # noqa: E402
-from mosquitto import Mosquitto, wait_until  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the private broker of the daemon tests
+
+from mosquitto import Mosquitto  # noqa: E402
 
 MQTT_USER, MQTT_PASSWORD = "dev1", "dev1-secret-pw"
 
@@ -99,11 +101,43 @@ def log_time(rec: dict[str, Any]) -> float:
     return dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00")).timestamp()
 
 
-def events(d: DaemonProc, kind: str, since: float) -> list[dict[str, Any]]:
-    return [e for e in d.events("event") if e.get("type") == kind and log_time(e) >= since]
+class Daemon:
+    """The daemon process, its control socket, its rig's socket and the events in its log."""
+
+    def __init__(self, state_dir: Path, sets: list[str]) -> None:
+        self.dir = state_dir
+        self.proc = start_sim_daemon(state_dir, sets)
+        self.ctl = Control(state_dir)
+        self._log = state_dir / "daemon.log"
+        self._offset = 0
+        self._events: list[dict[str, Any]] = []
+
+    def socket_cmd(self, name: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self.ctl.call(name, **(args or {}))
+
+    def rig(self, req: dict[str, Any]) -> dict[str, Any]:
+        return request(self.dir / "rig.sock", req)
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every event the daemon logged so far (read on from where the last call stopped)."""
+        with open(self._log, "rb") as f:
+            f.seek(self._offset)
+            chunk = f.read()
+        end = chunk.rfind(b"\n") + 1  # a line being written waits for the next call
+        self._offset += end
+        for line in chunk[:end].splitlines():
+            if b'"event": "event"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                self._events.append(json.loads(line))
+        return self._events
 
 
-def status(d: DaemonProc) -> dict[str, Any]:
+def events(d: Daemon, kind: str, since: float) -> list[dict[str, Any]]:
+    return [e for e in d.events() if e.get("type") == kind and log_time(e) >= since]
+
+
+def status(d: Daemon) -> dict[str, Any]:
     r = d.socket_cmd("status")
     if not r.get("ok"):
         raise RuntimeError(f"status refused: {r}")
@@ -127,7 +161,7 @@ class Run:
 class Bench:
     """The daemon, its broker and the seeded cube poses."""
 
-    def __init__(self, d: DaemonProc, broker: Mosquitto | None, args: argparse.Namespace) -> None:
+    def __init__(self, d: Daemon, broker: Mosquitto | None, args: argparse.Namespace) -> None:
         self.d, self.broker, self.args = d, broker, args
         rig_cfg = tomllib.loads((ROOT / "configs" / "rig" / "default.toml").read_text())
         self.lo, self.hi = rig_cfg["object"]["box_min_m"], rig_cfg["object"]["box_max_m"]
@@ -148,10 +182,10 @@ class Bench:
 
     def settle(self) -> None:
         """Idle, no mode in force: the previous task's fault is gone."""
-        wait_until(lambda: status(self.d)["degraded"] == [], 60, "no mode in force")
+        wait_for(lambda: status(self.d)["degraded"] == [], 60, "no mode in force")
         st = status(self.d)
         if st["mode"] not in ("idle", "holding") or st.get("stop"):
-            wait_until(lambda: self.d.socket_cmd("reset")["ok"], 30, "reset")
+            wait_for(lambda: self.d.socket_cmd("reset")["ok"], 30, "reset")
 
     def inject(self, f: Fault) -> tuple[float, float] | str:
         """Inject `f`; (wall time of injection, wall time of its end) or the refusal."""
@@ -190,41 +224,44 @@ class Bench:
                 return
             window = got
         try:
-            wait_until(lambda: bool(events(self.d, "task_done", t_start)), self.args.timeout_s,
-                       "task_done")
+            wait_for(lambda: bool(events(self.d, "task_done", t_start)), self.args.timeout_s,
+                     "task_done")
             done = events(self.d, "task_done", t_start)[0]
             run.outcomes.append(str(done["outcome"]))
             if done["outcome"] != "success":
                 why = str(done.get("message"))[:120]
                 run.failures[why] = run.failures.get(why, 0) + 1
             run.durations.append(float(done["duration_s"]))
-        except AssertionError:
+        except SystemExit:  # wait_for's timeout
             run.outcomes.append("timeout")
             self.d.socket_cmd("task.cancel")
         if window is not None:
             self.latencies(f, window, run)  # type: ignore[arg-type]
 
     def latencies(self, f: Fault, window: tuple[float, float], run: Run) -> None:
+        """Every mode entered from the injection to the task's end (counted by mode/subject);
+        for a fault with an expected mode, its latencies."""
         t_inj, t_end = window
-        deadline = time.monotonic() + max(10.0, 8 * self.args.period_s + f.duration_s)
-        deg: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
-            evs = events(self.d, "degraded", t_inj - 0.05)
-            if f.expect is not None:
-                evs = [e for e in evs if (e.get("mode"), e.get("subject", "")) == f.expect]
-            if evs:
-                deg = evs[0]
-                break
-            if f.expect is None and time.time() > t_end + 4 * self.args.period_s:
-                break  # no mode is expected; what came in the window is counted
-            time.sleep(0.05)
-        if deg is None:
-            run.missed_mode += f.expect is not None
+        for e in events(self.d, "degraded", t_inj):
+            key = f"{e.get('mode')}/{e.get('subject') or '-'}"
+            run.modes[key] = run.modes.get(key, 0) + 1
+        if f.expect is None:
             return
-        key = f"{deg.get('mode')}/{deg.get('subject') or '-'}"
-        run.modes[key] = run.modes.get(key, 0) + 1
+
+        def expected() -> list[dict[str, Any]]:
+            return [e for e in events(self.d, "degraded", t_inj)
+                    if (e.get("mode"), e.get("subject") or "") == f.expect]
+
+        deadline = time.monotonic() + max(10.0, 8 * self.args.period_s + f.duration_s)
+        while not expected() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not expected():
+            run.missed_mode += 1
+            return
+        deg = expected()[0]
         run.to_mode.append(log_time(deg) - t_inj)
-        while time.monotonic() < deadline + 30:
+        deadline += 30
+        while time.monotonic() < deadline:
             rec = [e for e in events(self.d, "recovered", log_time(deg))
                    if (e.get("mode"), e.get("subject")) == (deg.get("mode"), deg.get("subject"))]
             if rec:
@@ -263,7 +300,7 @@ def report(name: str, r: Run, base: Run | None) -> None:
     print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
     print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
           f"none: {r.missed_recovery}")
-    print(f"  modes entered: {r.modes or 'none'}")
+    print(f"  modes entered from the injection to the task's end: {r.modes or 'none'}")
 
 
 # ---------------------------------------------------------------- part 2: Kalman prediction RMSE
@@ -382,19 +419,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs; health.period_s={args.period_s}")
     broker: Mosquitto | None = None
-    extra = [f"health.period_s={args.period_s}", "sim.rig_priority=40", *args.set]
+    sets = [f"health.period_s={args.period_s}", f"device.id={MQTT_USER}", *args.set]
     if args.mqtt_port == 0:
         with contextlib.suppress(FileNotFoundError, OSError):
             broker = Mosquitto(tmp / "mosquitto", {MQTT_USER: MQTT_PASSWORD})
             broker.start()
-    else:
-        extra.append(f"mqtt.port={args.mqtt_port}")
-    d = DaemonProc(tmp, broker, device=MQTT_USER, password=MQTT_PASSWORD, extra=tuple(extra))
+    port = broker.port if broker is not None else (args.mqtt_port or 1)  # 1: no broker
+    sets += [f"mqtt.port={port}", f'mqtt.password="{MQTT_PASSWORD}"']
+    d: Daemon | None = None
     t0 = time.monotonic()
+    steal = StealMeter()
     try:
-        d.start()
-        d.wait_ready()
-        wait_until(lambda: status(d)["link_up"], 60, "link up")
+        steal.start()
+        d = Daemon(tmp, sets)
+        wait_for(lambda: status(d)["link_up"], 60, "the daemon's link up")
         bench = Bench(d, broker, args)
         base = bench.run(None)
         results: list[tuple[str, Run]] = []
@@ -405,12 +443,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             results.append((f.name, bench.run(f)))
     finally:
-        d.stop()
-        (tmp / "daemon.log").write_text("\n".join(d.lines) + "\n")
+        steal.stop()
+        if d is not None:
+            stop_daemon(d.proc)
         if broker is not None:
             broker.stop()
     print(f"\n{args.n} task(s) per fault, {time.monotonic() - t0:.0f} s wall; load average now "
-          f"{os.getloadavg()[0]:.2f}")
+          f"{os.getloadavg()[0]:.2f}; {steal.describe()}")
     report("baseline (no fault)", base, None)
     for name, r in results:
         report(name, r, base)

@@ -6,12 +6,15 @@ tests/test_health_daemon.py's."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_proc import DaemonProc
-from mosquitto import Mosquitto, wait_until
+from conftest import MQTT_USERS
+from daemon_proc import REPO, DaemonProc
+from mosquitto import Mosquitto, Probe, wait_until
 from test_health_daemon import _log_time
 
 PERIOD_S = 0.2
@@ -60,7 +63,7 @@ def test_link_corruption_sets_the_link_probe_to_error_and_back_to_ok_without_a_m
     wait_until(lambda: _probe(d, "link").get("level") == "error", 30, "the link probe in error")
     p = _probe(d, "link")
     assert p["fast_fails"] >= 1, p  # the link_fault event counted at once (the fast path)
-    assert p["figures"]["link_up"] is False and p["strikes"] >= 1, p
+    assert p["strikes"] >= 1, p
     assert p["mode"] is None and p["runs"] > runs_before, p
     st = _status(d)
     # no mode for a link fault (a protective stop already holds the robot); the frames lost
@@ -78,3 +81,117 @@ def test_link_corruption_sets_the_link_probe_to_error_and_back_to_ok_without_a_m
     p = _probe(d, "link")
     assert p["strikes"] == 0 and p["figures"]["guardian_alive"] is True, p
     wait_until(lambda: _status(d)["degraded"] == [], 30, "nothing degraded")
+
+
+# -- sensors (edge_agent/health/sensor_probes.py) ---------------------------------------------
+SENSOR_PERIOD_S = 0.1  # a 0.45 s wrist-force dropout (bound 0.5 s) is entered well inside it
+QUALITY_PERIOD_S = 0.3
+
+
+def _sensor_daemon(tmp: Path, broker: Mosquitto, *extra: str,
+                   period_s: float = SENSOR_PERIOD_S) -> DaemonProc:
+    d = DaemonProc(tmp, broker, extra=(f"health.period_s={period_s}", *extra)).start()
+    d.wait_ready()
+    wait_until(lambda: all(_probe(d, f"sensor:{c}").get("level") == "ok"
+                           for c in ("object_pose", "wrist_force", "joint_encoders")), 30,
+               "the sensor probes ok")
+    return d
+
+
+def _since(d: DaemonProc, kind: str, mode: str, subject: str, t: float) -> list[dict[str, Any]]:
+    return [e for e in _events(d, kind) if e.get("mode") == mode
+            and e.get("subject", "") == subject and _log_time(e) >= t]
+
+
+@pytest.mark.parametrize(("channel", "duration_s"), [("object_pose", 0.8), ("wrist_force", 0.45)])
+def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
+        tmp_path: Path, broker: Mosquitto, channel: str, duration_s: float) -> None:
+    """The camera (bound 1 s) or the wrist force sensor (bound 0.5 s) drops out inside its
+    bound: `sensor_predicted` with the channel as subject, seen first by the hub's stale watch
+    (the fast path) and entered while the channel is still out, in `state.degraded` while held;
+    left after the channel is back, with no protective stop."""
+    d = _sensor_daemon(tmp_path, broker)
+    try:
+        probe = f"sensor:{channel}"
+        watcher = Probe(broker, "operator", MQTT_USERS["operator"])
+        watcher.connect()
+        watcher.subscribe(f"edge/{d.device}/state")
+        try:
+            t_inject = time.time()  # the daemon's log stamps are wall time on this machine
+            _inject(d, target=f"sensor:{channel}", mode="dropout", duration_s=duration_s)
+            # the retained state as published names the mode while it is held
+            watcher.expect(lambda m: "sensor_predicted" in json.loads(m.payload).get(
+                "degraded", []), 30)
+        finally:
+            watcher.close()
+        wait_until(lambda: bool(_since(d, "degraded", "sensor_predicted", channel, t_inject)),
+                   30, f"sensor_predicted/{channel}")
+        deg = _since(d, "degraded", "sensor_predicted", channel, t_inject)[0]
+        assert deg["probe"] == probe and "Kalman-predicted" in deg["cause"], deg
+        # entered by the fast path: the control thread's snapshot that found the channel stale
+        # (its own tick, `at`), not a later probe period; and while the channel was still out
+        assert deg["cause"].startswith(f"{channel} went stale"), deg
+        assert isinstance(deg["figures"]["at"], float), deg
+        assert _log_time(deg) < t_inject + duration_s, (deg, t_inject)
+        wait_until(lambda: bool(_since(d, "recovered", "sensor_predicted", channel, t_inject)),
+                   30, f"sensor_predicted/{channel} left")
+        rec = _since(d, "recovered", "sensor_predicted", channel, t_inject)[0]
+        assert _log_time(rec) >= t_inject + duration_s  # not before the channel was back
+        p = _probe(d, probe)
+        assert p["fast_fails"] >= 1 and p["level"] == "ok" and p["strikes"] == 0, p
+        wait_until(lambda: "sensor_predicted" not in _status(d)["degraded"], 30, "left")
+        st = _status(d)
+        assert not [e for e in d.events("event") if e.get("type") == "sensor_lost"]
+        assert st.get("stop") is None, st.get("stop")
+    finally:
+        d.stop()
+
+
+def _quality_fault(d: DaemonProc, channel: str, mode: str, words: str) -> dict[str, Any]:
+    """Inject `mode` on `channel` until cleared: its quality probe in error (it holds no mode);
+    cleared: ok again. Returns the probe in error. (Not asserted: within 3 probe periods — a
+    stuck encoder was seen up to 11 runs after the injection at 0.3 s on this loaded VM.)"""
+    probe = f"sensor:{channel}:quality"
+    _inject(d, target=f"sensor:{channel}", mode=mode)
+    wait_until(lambda: _probe(d, probe).get("level") == "error", 30, f"{probe} in error")
+    bad = _probe(d, probe)
+    assert words in bad["message"], bad
+    assert bad["mode"] is None, bad
+    # the quality probe holds no mode; a channel whose samples are refused may go stale in
+    # between and be predicted (spikes): then only as sensor_predicted for that channel
+    assert {(e["mode"], e["subject"]) for e in _events(d, "degraded")} <= {
+        ("sensor_predicted", channel)}, _events(d, "degraded")
+    r = d.rig({"cmd": "clear", "target": f"sensor:{channel}"})
+    assert r["ok"], r
+    wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
+    return bad
+
+
+def test_a_stuck_encoder_sets_its_quality_probe_to_error_and_back(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    d = _sensor_daemon(tmp_path, broker, period_s=QUALITY_PERIOD_S)
+    try:
+        bad = _quality_fault(d, "joint_encoders", "stuck", "stuck")
+        assert bad["figures"]["received"] > 0, bad  # samples arrived, all the same
+        # fresh (or, under load, late in host time: a warning): not a dropout
+        assert _probe(d, "sensor:joint_encoders")["level"] in ("ok", "warn")
+    finally:
+        d.stop()
+
+
+def test_a_spike_storm_sets_its_quality_probe_to_error_and_back(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    """Half the wrist-force samples an outlier (a rig with spike_probability 0.5; the shipped
+    0.05 stays under the description's max_ratio 0.2): the spike ratio over the period."""
+    rig = (REPO / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
+    assert "spike_probability = 0.05" in rig
+    storm = tmp_path / "rig-spikes.toml"
+    storm.write_text(rig.replace("spike_probability = 0.05", "spike_probability = 0.5"),
+                     encoding="utf-8")
+    d = _sensor_daemon(tmp_path, broker, f'sim.rig_config="{storm}"',
+                       period_s=QUALITY_PERIOD_S)
+    try:
+        bad = _quality_fault(d, "wrist_force", "spikes", "dropped as spikes")
+        assert bad["figures"]["spike_ratio"] > 0.2, bad
+    finally:
+        d.stop()
