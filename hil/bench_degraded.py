@@ -154,6 +154,7 @@ class Run:
     to_recovered: list[float]
     modes: dict[str, int]
     failures: dict[str, int]
+    stops: dict[str, int]
     missed_mode: int = 0
     missed_recovery: int = 0
 
@@ -235,6 +236,8 @@ class Bench:
         except SystemExit:  # wait_for's timeout
             run.outcomes.append("timeout")
             self.d.socket_cmd("task.cancel")
+        for e in events(self.d, "stop", t_start):  # protective stops latched during the task
+            run.stops[str(e.get("cause"))] = run.stops.get(str(e.get("cause")), 0) + 1
         if window is not None:
             self.latencies(f, window, run)  # type: ignore[arg-type]
 
@@ -271,7 +274,7 @@ class Bench:
         run.missed_recovery += 1
 
     def run(self, f: Fault | None) -> Run:
-        out = Run([], [], [], [], {}, {})
+        out = Run([], [], [], [], {}, {}, {})
         for i in range(self.args.n):
             self.settle()
             self.task(f, out)
@@ -295,6 +298,7 @@ def report(name: str, r: Run, base: Run | None) -> None:
         ratio = f"; {statistics.median(r.durations) / statistics.median(base.durations):.2f}x " \
                 "the baseline's median"
     print(f"  task duration: {describe(r.durations)}{ratio}")
+    print(f"  protective stops during the tasks (by cause): {r.stops or 'none'}")
     if base is None:
         return
     print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
