@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable)")
     args = ap.parse_args(argv)
+    # a SIGTERM unwinds like ^C: the daemon (its own session) and the broker are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     faults = [FAULTS[n] for n in args.faults.split(",") if n]
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-degraded-"))
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
