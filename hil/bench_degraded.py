@@ -197,7 +197,9 @@ class Bench:
             broker = self.broker
             broker.stop()
             end = time.time() + f.duration_s
-            threading.Timer(f.duration_s, broker.start).start()
+            back = threading.Timer(f.duration_s, broker.start)
+            back.daemon = True  # never a broker started after the bench has ended
+            back.start()
             return t0, end
         args: dict[str, Any] = {"target": f.target, "mode": f.mode, "duration_s": f.duration_s}
         if f.severity is not None:
