@@ -241,6 +241,9 @@ class Bench:
             self.d.socket_cmd("task.cancel")
         for e in events(self.d, "stop", t_start):  # protective stops latched during the task
             run.stops[str(e.get("cause"))] = run.stops.get(str(e.get("cause")), 0) + 1
+        for e in events(self.d, "degraded", t_start):  # every mode entered during the task
+            key = f"{e.get('mode')}/{e.get('subject') or '-'}"
+            run.modes[key] = run.modes.get(key, 0) + 1
         if window is not None:
             self.latencies(f, window, run)  # type: ignore[arg-type]
 
@@ -248,9 +251,6 @@ class Bench:
         """Every mode entered from the injection to the task's end (counted by mode/subject);
         for a fault with an expected mode, its latencies."""
         t_inj, t_end = window
-        for e in events(self.d, "degraded", t_inj):
-            key = f"{e.get('mode')}/{e.get('subject') or '-'}"
-            run.modes[key] = run.modes.get(key, 0) + 1
         if f.expect is None:
             return
 
@@ -302,12 +302,12 @@ def report(name: str, r: Run, base: Run | None) -> None:
                 "the baseline's median"
     print(f"  task duration: {describe(r.durations)}{ratio}")
     print(f"  protective stops during the tasks (by cause): {r.stops or 'none'}")
+    print(f"  modes entered during the tasks: {r.modes or 'none'}")
     if base is None:
         return
     print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
     print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
           f"none: {r.missed_recovery}")
-    print(f"  modes entered from the injection to the task's end: {r.modes or 'none'}")
 
 
 # ---------------------------------------------------------------- part 2: Kalman prediction RMSE
