@@ -1,8 +1,9 @@
 """Issue #18 "Done means", per single fault on the real daemon (`--sim`, a private Mosquitto,
-`health.period_s` short): the fault injected with `failure.inject` → the right mode (or, for a
-fault with no mode, the probe's level) within 3 probe periods, the `degraded` event,
-`state.degraded`; the fault removed → `recovered` and the level back. Broker loss is
-tests/test_health_daemon.py's."""
+`health.period_s` short), injected with `failure.inject`: the right mode or, for a fault with
+no mode, the probe's level — sensor dropouts and link corruption through the fast path (the
+stale watch, the link_fault event: at once, not after probe periods), a stuck encoder and a
+spike storm at a quality probe's run — the `degraded` event and `state.degraded`; the fault
+removed → `recovered` and the level back. Broker loss is tests/test_health_daemon.py's."""
 
 from __future__ import annotations
 
