@@ -165,7 +165,7 @@ def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None,
     description."""
     snaps = _Snapshots(hub)
     probes: list[Probe] = []
-    for ch, stale_s in zip(robot.sensors, hub.stale_s, strict=True):
+    for ch, stale_s in zip(robot.sensors, hub.loss_s, strict=True):
         probes.append(SensorFreshnessProbe(ch, snaps, stale_s))
         probes.append(SensorQualityProbe(hub, ch, snaps, moving))
     return probes

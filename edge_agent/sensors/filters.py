@@ -58,6 +58,7 @@ class SpikeFilter:
         self.k = k
         self.floor = floor
         self.min_samples = min_samples
+        self.window = window
         self._window: deque[tuple[float, ...]] = deque(maxlen=window)
         self.rejected = 0
 
@@ -128,3 +129,8 @@ def spike_filters(robot: RobotDescription, names: Iterable[str] | None, k: float
         out[index[name]] = SpikeFilter(c.dim, window=w, k=kk, floor=kk * c.noise_std + 1e-9,
                                        min_samples=min(5, w))
     return out
+
+
+def step_delay_s(f: SpikeFilter | None, rate_hz: float) -> float:
+    """How long a genuine step can go unaccepted: about half the filter's window of samples."""
+    return (f.window // 2 + 1) / rate_hz if f is not None else 0.0

@@ -8,19 +8,17 @@ closed form needs neither filterpy nor numpy), and publishes an immutable state 
 reference under a lock. The control thread's `snapshot(now)` works out freshness, predictions
 and bounds for `now` from that reference, without the lock and without copying.
 
-STATUS fields map onto the description's "status" channels by name (docs/PROTOCOL.md §2):
-joint_encoders <- q, joint_currents <- current, gripper_position <- gripper_pos, wrist_force <-
-gripper_force (the force sensor behind the fingers), estop_input <- flags.ESTOP_INPUT.
-SENSOR frames map by channel id onto the "sensor" channels.
+STATUS fields map onto the "status" channels by name (docs/PROTOCOL.md §2): joint_encoders <- q,
+joint_currents <- current, gripper_position <- gripper_pos, wrist_force <- gripper_force,
+estop_input <- flags.ESTOP_INPUT; SENSOR frames by channel id onto the "sensor" channels.
 
 An estimator is fed at most `estimator_rate_hz` (100 Hz) samples a second (a step costs a few
 µs of the reader thread; 1 kHz channels would cost ten times that). Predictions extrapolate from
 the filter's own time, so skipping samples costs accuracy only, not timing.
 
-The STATUS path runs at 1 kHz on the reader thread and competes for the GIL with the control
-loop, so it is lean: per channel a precomputed spec (field, dim, spike filter, offset,
-estimator), finiteness checked with one `sum`, and the estimates tuple rebuilt only when an
-estimate changed. `hil/bench_link_reader.py` measures it.
+The 1 kHz STATUS path competes for the GIL with the control loop, so it is lean: a precomputed
+spec per channel, finiteness checked with one `sum`, the estimates tuple rebuilt only when one
+changed (`hil/bench_link_reader.py` measures it).
 
 Threads: one writer (`update`; `set_calibration`, `attach_estimators` from any thread), any
 number of readers (`snapshot`). No I/O; time is always passed in.
@@ -38,7 +36,7 @@ from edge_agent.errors import ConfigError
 from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
 from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
-from edge_agent.sensors.filters import spike_filters
+from edge_agent.sensors.filters import spike_filters, step_delay_s
 from edge_agent.sensors.readings import (
     ChannelCounts,
     ChannelStatus,
@@ -122,9 +120,12 @@ class SensorHub:
                                   src)
         if stale_periods <= 0 or estimator_rate_hz <= 0:
             raise ValueError("stale_periods and estimator_rate_hz must be > 0")
-        # per channel (description order): stale after this long without a sample
+        # per channel: stale after this long without a sample; gone (the stale listeners) past
+        # that plus the time its spike filter holds back a genuine step (filters.step_delay_s)
         self.stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
         self._spike = spike_filters(robot, spike_filtered, spike_k, spike_window)
+        self.loss_s = tuple(s + step_delay_s(f, c.rate_hz) for s, f, c in
+                            zip(self.stale_s, self._spike, robot.sensors, strict=True))
         self._min_est_dt = 1.0 / estimator_rate_hz
         self._first_fw: float | None = None  # firmware time of the first STATUS (s)
         self._offsets: tuple[tuple[float, ...] | None, ...] = (None,) * len(robot.sensors)
@@ -310,9 +311,8 @@ class SensorHub:
         return tuple(self._channels)
 
     def add_stale_listener(self, listener: StaleListener) -> None:
-        """Call `listener(channels, now)` when channels that had samples go stale in host and
-        firmware time (a stalled host or a silent link tells nothing): the health monitor's
-        fast path. It runs inside `snapshot`, on the control thread: only enqueue."""
+        """Call `listener(channels, now)` when channels that had samples are gone in host and
+        firmware time (`loss_s`): the health fast path. Runs inside `snapshot`: only enqueue."""
         self._stale_listeners = (*self._stale_listeners, listener)
 
     # ------------------------------------------------------------------ reader side
@@ -346,7 +346,7 @@ class SensorHub:
                 fresh = Freshness.STALE
                 stale.append(ch.name)
                 # gone in the firmware's time too (a stalled host or a silent link is not)
-                if r is not None and fw_now is not None and fw_now - r.t_fw > self.stale_s[i]:
+                if r is not None and fw_now is not None and fw_now - r.t_fw > self.loss_s[i]:
                     went.append(ch.name)
                 est = st.estimates[i]
                 if ch.on_loss == "predict":
