@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from config_helpers import load
 from inference_models import FakeGpu, make_policy, observations
-from triton_server import TritonServer, triton_unavailable
+from triton_server import TritonServer, serving, triton_unavailable
 
 from edge_agent.config import Config
 from edge_agent.executor.policy import ExpertPolicy
@@ -160,12 +160,8 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
     if REASON is not None:
         pytest.skip(REASON)
     model = make_policy(tmp_path_factory.mktemp("probe-model"), "policy", seed=21)
-    s = TritonServer(model, tmp_path_factory.mktemp("probe-triton") / "triton.log")
-    s.start()
-    try:
+    with serving(model, tmp_path_factory.mktemp("probe-triton") / "triton.log") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @needs_server

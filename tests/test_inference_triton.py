@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from inference_models import bare_scores, bare_session, make_policy, observations
-from triton_server import TritonServer, triton_unavailable
+from triton_server import TritonServer, serving, triton_unavailable
 
 from edge_agent.inference.backend import DecisionRecord, EventBus, EventKind, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
@@ -67,12 +67,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, model: Path) -> Iterator[TritonServer]:
     """One server for the module (~5 s to start); a test that stops it starts it again."""
-    s = TritonServer(model, tmp_path_factory.mktemp("triton") / "triton.log")
-    s.start()
-    try:
+    with serving(model, tmp_path_factory.mktemp("triton") / "triton.log") as s:
         yield s
-    finally:
-        s.stop()
 
 
 @needs_server

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 START_TIMEOUT_S = 90.0
@@ -59,6 +60,17 @@ def triton_unavailable() -> str | None:
         return (f"nvidia-pytriton is not importable by {py} ({tail}); it needs numpy<2 — set "
                 "EDGE_AGENT_TRITON_PYTHON to an interpreter that has it")
     return None
+
+
+@contextlib.contextmanager
+def serving(model: Path, log_path: Path) -> Iterator[TritonServer]:
+    """A started server (model ready), stopped on the way out."""
+    s = TritonServer(model, log_path)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.stop()
 
 
 class TritonServer:

@@ -94,8 +94,11 @@ class SensorFreshnessProbe(_ChannelProbe):
             return ProbeResult.ok("fresh", **figs)
         if snap.fw_time_s is None:
             return ProbeResult.warn("no STATUS from the robot yet", **figs)
-        if c.reading is None:
-            return ProbeResult.error("no valid sample since start-up", **figs)
+        if c.reading is None:  # nothing to predict from: not lost until its bound says so
+            if c.lost:
+                return ProbeResult.error("no valid sample since start-up (past its bound: the "
+                                         "sensor_bound stop)", **figs)
+            return ProbeResult.warn("no valid sample yet", **figs)
         if snap.fw_time_s - c.reading.t_fw <= self._stale_s:  # the robot sent nothing newer
             return ProbeResult.warn(f"no frame for {age_ms} ms: the host or the link is late, "
                                     "the channel is not", **figs)
