@@ -340,7 +340,7 @@ def rmse_lockstep(channel: str, dropout_s: float, seed: int, tmp: Path) -> tuple
             return tuple(v) if isinstance(v, list) else (float(v),)
 
         def err(source_ok: Any) -> float | None:
-            ch = d.hub.snapshot(h.clock.now()).channel(channel)
+            ch = d.hub.snapshot(h.clock.now(), tell=False).channel(channel)
             if ch.reading is None or not ch.usable or not source_ok(ch.reading.source):
                 return None
             predicted[0] += ch.reading.source is Source.PREDICTED
@@ -366,7 +366,7 @@ def rmse_lockstep(channel: str, dropout_s: float, seed: int, tmp: Path) -> tuple
             e = err(lambda s: True)  # what the daemon controls with, inside the bound
             if e is not None:
                 pred.append(e)
-        ch = d.hub.snapshot(h.clock.now()).channel(channel)
+        ch = d.hub.snapshot(h.clock.now(), tell=False).channel(channel)
         how = "past its bound (stop)" if ch.past_bound or ch.lost else "inside its bound"
         return pred, fresh, how, predicted[0]
     finally:

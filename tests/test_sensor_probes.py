@@ -107,6 +107,8 @@ def test_camera_dropout_is_predicted_within_its_bound_then_past_it() -> None:
     rig.run(0.5)
     rig.run(0.3, camera=False)  # STATUS goes on, the camera is gone (past 233 ms: loss_s)
     r = rig.check("sensor:object_pose")
+    assert rig.failures == []  # the monitor's own snapshot tells no listener
+    rig.hub.snapshot(rig.t)  # the control thread's does
     assert r.failed and "Kalman-predicted" in r.message and r.figures["source"] == "predicted"
     assert [f[0] for f in rig.failures] == ["sensor:object_pose"]  # the fast path, once
     rig.run(1.0, camera=False)

@@ -62,7 +62,7 @@ def run_calibration(mirror: LinkMirror, send: Callable[[Message], None], hub: Se
         if st is not None:
             cal.add_status(st)
         if loops % 5 == 0:  # the camera is 30 Hz: every 10 ms is plenty
-            pose = hub.snapshot(now).object_pose
+            pose = hub.snapshot(now, tell=False).object_pose
             if pose is not None:
                 cal.add_object_pose(pose.value, pose.t_fw)
         loops += 1

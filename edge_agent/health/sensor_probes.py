@@ -53,7 +53,7 @@ class _Snapshots:
     def at(self, now: float) -> Snapshot:
         snap = self._last
         if snap is None or snap.t != now:
-            snap = self._last = self._hub.snapshot(now)
+            snap = self._last = self._hub.snapshot(now, tell=False)  # control thread tells
         return snap
 
 

@@ -316,8 +316,9 @@ class SensorHub:
         self._stale_listeners = (*self._stale_listeners, listener)
 
     # ------------------------------------------------------------------ reader side
-    def snapshot(self, now: float) -> Snapshot:
-        """The picture at host time `now`: measured, predicted or stale, with every bound.
+    def snapshot(self, now: float, *, tell: bool = True) -> Snapshot:
+        """The picture at `now` (host time); `tell`: the stale listeners hear of it (only the
+        control thread tells; a reader elsewhere — the health monitor — passes False).
 
         `past_bound` (the control view: hold) counts host time since the last sample arrived.
         `lost` (a protective stop) counts firmware time: how far the firmware's clock, as the
@@ -326,8 +327,7 @@ class SensorHub:
         in it. A host that stalled, or a link that went silent (a link fault of its own), has
         lost no channel. A `stop` channel is lost after `stale_periods` of its periods (plus
         its latency), a predicted one after `predict_max_s` or once its estimator's std
-        exceeds `predict_max_std`; before the estimators attach the time bound alone decides.
-        Only stale channels are looked at, so a healthy snapshot costs nothing more.
+        exceeds `predict_max_std`. Only stale channels are looked at (a healthy one is cheap).
         """
         with self._lock:
             st = self._state
@@ -362,7 +362,7 @@ class SensorHub:
                         r = r.with_value(r.value, Source.STALE)
             statuses[ch.name] = ChannelStatus(ch.name, r, fresh, age, ch.on_loss, past_bound,
                                               lost)
-        if went or self._was_stale:
+        if tell and (went or self._was_stale):
             self._tell_stale(went, now)
         enc_est = st.estimates[self._enc] if self._enc is not None else None
         return Snapshot.assemble(now, st.status, st.dq, st.gripper_current,
