@@ -273,7 +273,8 @@ class Bench:
 
     def run(self, f: Fault | None) -> Run:
         out = Run([], [], [], [], {}, {}, {})
-        for i in range(self.args.n):
+        n = self.args.n if f is not None or self.args.baseline_n is None else self.args.baseline_n
+        for i in range(n):
             self.settle()
             self.task(f, out)
             print(f"  {f.name if f else 'baseline'} task {i}: {out.outcomes[-1]}", flush=True)
@@ -305,9 +306,15 @@ def report(name: str, r: Run, base: Run | None) -> None:
           f"none: {r.missed_recovery}")
 
 
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=100, help="tasks per fault (and for the baseline)")
+    ap.add_argument("--baseline-n", type=int, default=None,
+                    help="no-fault tasks (default: --n); a run in parts needs one baseline")
     ap.add_argument("--faults", default=",".join(FAULTS),
                     help=f"comma-separated, of: {', '.join(FAULTS)}")
     ap.add_argument("--mqtt-port", type=int, default=0,
@@ -322,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra daemon config override (repeatable)")
     args = ap.parse_args(argv)
     # a SIGTERM unwinds like ^C: the daemon (its own session) and the broker are stopped
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # (KeyboardInterrupt, not SystemExit: a task takes wait_for's SystemExit for a timeout)
+    signal.signal(signal.SIGTERM, _interrupt)
     faults = [FAULTS[n] for n in args.faults.split(",") if n]
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-degraded-"))
     print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "

@@ -5,7 +5,8 @@
 Starts `edge-agent run --sim` with `debug.failure_injection` on and `reports.webhook_url` at a
 real local HTTP receiver (hil/webhook_receiver.py, answering as WeCom does). Two windows of
 `--seconds` each, in the same run: quiet, then the storm — every second `failure.inject estop
-press` on the control socket, the release, and a `reset` (each press is one e-stop report). The
+press` on the control socket, the release, and a `reset` (each press is one e-stop report; the
+latch and the reset are polled every 50 ms, as an operator's screen might). The
 simulated robot records the arrival time of every COMMAND frame (the daemon streams them at the
 control rate also while idle or latched: holds); the period error of that stream in each window
 is the control loop's figure (as in hil.bench_control_loop). Then it waits for the outbox to
@@ -126,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             if not r.get("ok"):
                 raise SystemExit(f"failure.inject refused: {r}")
             faults += 1
-            wait_for(lambda: status()["mode"] == "estop", 10, "the e-stop latched", poll_s=0.01)
+            wait_for(lambda: status()["mode"] == "estop", 10, "the e-stop latched", poll_s=0.05)
             call("failure.inject", target="estop", mode="release")
             t_r = time.monotonic()
-            wait_for(lambda: call("reset")["ok"], 10, "reset accepted", poll_s=0.02)
+            wait_for(lambda: call("reset")["ok"], 10, "reset accepted", poll_s=0.05)
             reset_waits.append(time.monotonic() - t_r)
             spans.append((t_p, time.monotonic()))
         s1 = request(rig, {"cmd": "ping"})["t"]

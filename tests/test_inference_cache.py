@@ -206,3 +206,40 @@ def test_killing_an_install_at_any_moment_leaves_a_verified_model(tmp_path: Path
             p.wait(10)
         cur = ModelCache(d).current()
         assert cur is not None and cur.sha256 in shas
+
+
+def test_status_reads_the_current_model_without_hashing_it_each_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` is polled: the model is verified again only when its files change (or after
+    STATUS_REVERIFY_S), and a model.update or a corrupted file is seen at once."""
+    import edge_agent.inference.model_cache as mc
+
+    events: list[InferenceEvent] = []
+    cache = _cache(tmp_path, events)
+    a, b = make_policy(tmp_path, "a", seed=1), make_policy(tmp_path, "b", seed=2)
+    ea = cache.install(a, _card(a))
+    hashed: list[Path] = []
+    real = mc.sha256_file
+    monkeypatch.setattr(mc, "sha256_file", lambda p: hashed.append(p) or real(p))
+    assert cache.current_for_status() == ea and len(hashed) == 1
+    for _ in range(5):
+        assert cache.current_for_status() == ea
+    assert len(hashed) == 1  # the files did not change: no new hash
+    eb = cache.install(b, _card(b))  # model.update swaps the pointer
+    assert cache.current_for_status() == eb
+    raw = bytearray(eb.path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    eb.path.write_bytes(bytes(raw))
+    os.utime(eb.path, ns=(time.time_ns(), time.time_ns() + 1_000_000))  # a visible change
+    assert cache.current_for_status() is None
+    assert EventKind.CACHE_CORRUPT in [e.kind for e in events]
+    eb.path.write_bytes(b.read_bytes())
+    os.utime(eb.path, ns=(time.time_ns(), time.time_ns() + 2_000_000))
+    assert cache.current_for_status() == eb
+    # bit rot that keeps size and mtime is found by the periodic re-verification
+    st = eb.path.stat()
+    eb.path.write_bytes(bytes(raw))
+    os.utime(eb.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert cache.current_for_status() == eb  # inside the window: the memo answers
+    monkeypatch.setattr(mc, "STATUS_REVERIFY_S", 0.0)
+    assert cache.current_for_status() is None

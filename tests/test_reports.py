@@ -17,7 +17,7 @@ from edge_agent.executor.controllers import Measured
 from edge_agent.executor.monitor import SensorRing
 from edge_agent.reports.build import build_report
 from edge_agent.reports.markdown import cut_markdown, render_markdown
-from edge_agent.reports.outbox import Entry, Outbox, Result
+from edge_agent.reports.outbox import DONE, PENDING, Entry, Outbox, Result
 from edge_agent.reports.plot import render_plot
 from edge_agent.reports.record import (
     DiagnosisRecord,
@@ -322,3 +322,22 @@ def test_watch_prints_the_report_title() -> None:
                    .encode(), False, time.time())
     line = format_message(msg).splitlines()[0]
     assert "robot-7 report" in line and r.title in line and r.id in line
+
+
+def test_an_outbox_entry_encodes_its_report_once_and_its_state_each_time(
+        tmp_path: Path) -> None:
+    """The entry file is what as_dict() says; the report (with its sensor window) is encoded
+    once, each delivery step re-encodes only the small state; the disk sink's JSON is the
+    report as encoded plus where its plot is."""
+    rep = _stop_report()
+    e = Entry(rep, "# md", {"disk": {"state": PENDING, "attempts": 0}})
+    assert json.loads(e.to_json()) == e.as_dict()
+    first = e.report_json()
+    e.sinks["disk"].update(state=DONE, attempts=2)
+    e.plot = "ok"
+    assert json.loads(e.to_json()) == e.as_dict() and e.report_json() is first
+    assert Entry.from_dict(json.loads(e.to_json())).as_dict() == e.as_dict()
+    sink = DiskSink(tmp_path / "reports", 10)
+    assert sink.deliver(e, [], None, {}).ok
+    assert json.loads((tmp_path / "reports" / f"{e.id}.json").read_text()) == {
+        **rep.as_dict(), "plot": None}

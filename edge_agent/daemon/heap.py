@@ -53,7 +53,7 @@ class HeapKeeper:
     def ready(self) -> None:
         """Start-up garbage out of the collector's way; automatic full collections off."""
         gc.collect()
-        gc.freeze()
+        self._freeze()
         t0, t1, t2 = gc.get_threshold()
         if self._saved_threshold is None:
             self._saved_threshold = (t0, t1, t2)
@@ -62,7 +62,7 @@ class HeapKeeper:
     def startup_done(self) -> None:
         """What the start-up work loaded (onnxruntime, scipy, calibration: ~10^5 objects) is
         never scanned again; the stats' `after_startup` window opens."""
-        gc.freeze()
+        self._freeze()
         self.stats.start_window()
         self._armed = True
 
@@ -80,11 +80,15 @@ class HeapKeeper:
         t0 = time.perf_counter()
         with self.stats.ours():
             gc.collect()
-        gc.freeze()
+        self._freeze()
         self.idle_collections += 1
         _log.debug("idle_collection", ms=round((time.perf_counter() - t0) * 1e3, 3),
-                   frozen=gc.get_freeze_count())
+                   frozen=self.stats.frozen)
         return True
+
+    def _freeze(self) -> None:
+        gc.freeze()
+        self.stats.frozen = gc.get_freeze_count()  # here, at a safe point: it walks the list
 
     def stop(self) -> None:
         """Give the interpreter its thresholds back (tests run many daemons in one process)."""

@@ -191,7 +191,7 @@ class InferenceStack:
         return {"target": target, "mode": mode, "duration_s": duration_s, "effect": what}
 
     def status(self) -> dict[str, Any]:
-        cur = self.cache.current() if self.cache else None
+        cur = self.cache.current_for_status() if self.cache else None
         return {**self.router.status(),
                 "model": {"name": cur.card.name, "version": cur.card.version,
                           "sha256": cur.sha256} if cur else None,

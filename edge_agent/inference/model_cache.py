@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from edge_agent.store.atomic import write_atomic
 
 log = get_logger(__name__)
 POINTER = "active.json"
+STATUS_REVERIFY_S = 60.0  # `current_for_status` hashes the model again at least this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,8 @@ class ModelCache:
         self._fields = tuple(fields) if fields is not None else None
         self._labels = tuple(labels) if labels is not None else None
         self._lock = threading.Lock()
+        # (files' stat key, when verified, what current() said): status's memo
+        self._described: tuple[tuple[Any, ...], float, CachedModel | None] | None = None
 
     # -- reading --------------------------------------------------------------------------
     def pointer(self) -> dict[str, str | None]:
@@ -104,6 +108,36 @@ class ModelCache:
 
     def current(self) -> CachedModel | None:
         return self.entry(self.pointer()["current"])
+
+    def current_for_status(self) -> CachedModel | None:
+        """`current()`, verified again when the pointer, the model or its card changed on disk
+        (inode, size, mtime) and at least every `STATUS_REVERIFY_S` (bit rot keeps the mtime):
+        `status` is polled, and hashing the model for each reply held it for milliseconds."""
+        key, now = self._stat_key(), time.monotonic()
+        memo = self._described
+        if memo is not None and memo[0] == key and now - memo[1] < STATUS_REVERIFY_S:
+            return memo[2]
+        cur = self.current()
+        # kept only if nothing changed while it was verified (a model.update racing it)
+        self._described = (key, now, cur) if self._stat_key() == key else None
+        return cur
+
+    def _stat_key(self) -> tuple[Any, ...]:
+        def st(path: Path) -> tuple[int, int, int] | None:
+            try:
+                s = path.stat()
+            except OSError:
+                return None
+            return (s.st_ino, s.st_size, s.st_mtime_ns)
+        pointer = st(self.dir / POINTER)
+        try:
+            sha = json.loads((self.dir / POINTER).read_text(encoding="utf-8")).get("current")
+        except (OSError, ValueError, AttributeError):
+            sha = None
+        if not isinstance(sha, str):
+            return (pointer, None)
+        model = self.dir / f"{sha}.onnx"
+        return (pointer, sha, st(model), st(card_path_for(model)))
 
     def previous(self) -> CachedModel | None:
         return self.entry(self.pointer()["previous"])

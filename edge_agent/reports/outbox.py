@@ -31,6 +31,7 @@ from edge_agent.log import get_logger
 from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
 from edge_agent.reports.record import Report, is_report_id
+from edge_agent.store import json_pieces
 from edge_agent.store.atomic import remove_durably, write_atomic
 from edge_agent.vocab import EventType
 
@@ -62,6 +63,21 @@ class Entry:
         self.sinks = sinks
         self.plot = plot  # None: not drawn yet; "ok"; or why there is none
         self.created = time.time() if created is None else created
+        self._report_json: str | None = None  # encoded once: it never changes
+
+    def report_json(self) -> str:
+        """The report as JSON, encoded once and in pieces (store/json_pieces.py: a sensor
+        window's C encode held the GIL for ms, and each delivery step re-wrote the entry)."""
+        if self._report_json is None:
+            self._report_json = json_pieces.dumps(self.report.as_dict(), allow_nan=False)
+        return self._report_json
+
+    def to_json(self) -> str:
+        """`as_dict()` as JSON: only the small delivery state is encoded again each time."""
+        rest = json.dumps({"markdown": self.markdown, "plot": self.plot,
+                           "created": self.created, "sinks": self.sinks},
+                          separators=(",", ":"), allow_nan=False)
+        return f'{{"v":1,"report":{self.report_json()},{rest[1:]}'
 
     @property
     def id(self) -> str:
@@ -343,5 +359,4 @@ class Outbox:
         return members
 
     def _persist(self, entry: Entry) -> None:
-        data = json.dumps(entry.as_dict(), separators=(",", ":"), allow_nan=False).encode()
-        write_atomic(self.dir / f"{entry.id}.json", data)
+        write_atomic(self.dir / f"{entry.id}.json", entry.to_json().encode())

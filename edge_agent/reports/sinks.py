@@ -54,9 +54,10 @@ class DiskSink:
                 with open(tmp, "rb+") as f:
                     os.fsync(f.fileno())
                 tmp.replace(self.dir / f"{entry.id}.png")
-            body = {**entry.report.as_dict(), "plot": f"{entry.id}.png" if plot else None}
-            write_atomic(self.dir / f"{entry.id}.json",
-                         json.dumps(body, separators=(",", ":")).encode(), mode=0o640,
+            # the report as the outbox encoded it, and where its plot is
+            body = (entry.report_json()[:-1]
+                    + f',"plot":{json.dumps(f"{entry.id}.png" if plot else None)}}}')
+            write_atomic(self.dir / f"{entry.id}.json", body.encode(), mode=0o640,
                          sync_dir=False)
             write_atomic(self.dir / f"{entry.id}.md", entry.markdown.encode(), mode=0o640,
                          sync_dir=False)
