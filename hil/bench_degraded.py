@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the private broker of the daemon tests
 
 from mosquitto import Mosquitto  # noqa: E402
+from triton_server import TritonServer, triton_unavailable  # noqa: E402
 
 MQTT_USER, MQTT_PASSWORD = "dev1", "dev1-secret-pw"
 
@@ -325,9 +326,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=60.0, help="per task")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rmse-reps", type=int, default=5, help="dropouts per length (0: skip)")
+    ap.add_argument("--triton", action="store_true",
+                    help="serve the trained policy from a real pytriton server (tests/"
+                         "triton_server.py) that the daemon tries first: the triton fault runs")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable)")
     args = ap.parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a log file
     # a SIGTERM unwinds like ^C: the daemon (its own session) and the broker are stopped
     # (KeyboardInterrupt, not SystemExit: a task takes wait_for's SystemExit for a timeout)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -343,6 +348,23 @@ def main(argv: list[str] | None = None) -> int:
             broker.start()
     port = broker.port if broker is not None else (args.mqtt_port or 1)  # 1: no broker
     sets += [f"mqtt.port={port}", f'mqtt.password="{MQTT_PASSWORD}"']
+    triton: TritonServer | None = None
+    if args.triton:
+        why_not = triton_unavailable()
+        trained = ROOT / "models" / "pick-place-policy.onnx"
+        if why_not is None:
+            triton = TritonServer(trained, tmp / "triton.log")
+            try:
+                triton.start()
+                triton.wait_ready(120.0)
+            except Exception as exc:  # the run goes on without it: the fault is skipped
+                why_not = f"{type(exc).__name__}: {exc} (see {tmp / 'triton.log'})"
+                triton.stop()
+                triton = None
+        if triton is not None:
+            sets += [f"inference.triton_url={triton.url}", f"inference.model={trained}"]
+        else:
+            print(f"--triton: no server ({why_not})", flush=True)
     d: Daemon | None = None
     t0 = time.monotonic()
     steal = StealMeter()
@@ -351,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
         d = Daemon(tmp, sets)
         wait_for(lambda: status(d)["link_up"], 60, "the daemon's link up")
         bench = Bench(d, broker, args)
+        if triton is not None:  # the first decisions may miss the deadline: Triton warms up
+            wait_for(lambda: (status(d).get("inference") or {}).get("preferred_ready")
+                     == "triton", 120, "Triton ready at the daemon")
         base = bench.run(None)
+        report("baseline (no fault)", base, None)  # each as it ends: a cut-short run tells too
         results: list[tuple[str, Run]] = []
         for f in faults:
             why = bench.skip_reason(f)
@@ -359,12 +385,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{f.name}: skipped: {why}", flush=True)
                 continue
             results.append((f.name, bench.run(f)))
+            report(f.name, results[-1][1], base)
     finally:
         steal.stop()
         if d is not None:
             stop_daemon(d.proc)
         if broker is not None:
             broker.stop()
+        if triton is not None:
+            triton.stop()
     print(f"\n{args.n} task(s) per fault, {time.monotonic() - t0:.0f} s wall; load average now "
           f"{os.getloadavg()[0]:.2f}; {steal.describe()}")
     report("baseline (no fault)", base, None)
