@@ -37,6 +37,7 @@ from typing import Any
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
+from edge_agent.store import json_pieces
 from edge_agent.store.atomic import fsync_dir
 
 log = get_logger(__name__)
@@ -181,7 +182,9 @@ class SnapshotStore:
         if self.failed is not None:
             raise StoreError(f"snapshot {self.name} is disabled after: {self.failed}")
         try:
-            text = json.dumps(dict(obj), separators=(",", ":"), allow_nan=False)
+            # in pieces: after an L3 diagnosis the executor's part carries the fault record's
+            # sensor window (~36 kB) into every save, and one json.dumps held the GIL for ms
+            text = json_pieces.dumps(dict(obj), allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
             raise StoreError(f"snapshot {self.name}: not serialisable: {exc}") from exc
         payload = text.encode() + b"\n"
