@@ -127,6 +127,59 @@ def test_status_and_jog_are_deduplicated_in_memory_but_never_persisted() -> None
     assert saves == [1] and [e.id for e in store.entries] == ["x"]
 
 
+def test_each_command_appends_one_line_and_the_log_is_compacted_at_twice_the_window(
+        tmp_path: Path) -> None:
+    """The window is not rewritten per command (that re-encoded up to max_entries replies each
+    time, with the GIL held): one fsync'd line is appended; at twice the window (+64) the file
+    is rewritten with the live window only, and a new process loads exactly that window."""
+    path = tmp_path / "dedup.json"
+    rig = Rig(dedup_store=JsonFileDedupStore(path), dedup_max_entries=5)
+    rig.mode = Mode.RUNNING  # task.cancel admitted
+    rig.api.handle("task.cancel", cmd("c0"), source="t")  # the first save writes the file
+    inode, lines = os.stat(path).st_ino, len(path.read_text().splitlines())
+    for i in range(1, 20):
+        rig.api.handle("task.cancel", cmd(f"c{i}"), source="t")
+        assert len(path.read_text().splitlines()) == lines + i
+    assert os.stat(path).st_ino == inode  # appended, never replaced so far
+    sizes = []
+    for i in range(20, 200):
+        rig.api.handle("task.cancel", cmd(f"c{i}"), source="t")
+        sizes.append(len(path.read_text().splitlines()))
+    assert max(sizes) <= 2 * 5 + 64 + 1
+    assert min(sizes) == 5  # compacted to the live window (atomically: tmp + os.replace)
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    again = Rig(dedup_store=JsonFileDedupStore(path), dedup_max_entries=5)
+    again.mode = Mode.RUNNING
+    for i in range(195, 200):  # the last five are answered from the window, not run again
+        assert again.api.handle("task.cancel", cmd(f"c{i}"), source="t").ok
+    assert again.count("task.cancel") == 0
+    assert again.api.handle("task.cancel", cmd("c194"), source="t").ok
+    assert again.count("task.cancel") == 1  # pruned by count: runs
+
+
+def test_an_old_one_object_file_and_a_torn_last_line_are_read_then_rewritten(
+        tmp_path: Path) -> None:
+    path = tmp_path / "dedup.json"
+    old = {"v": 1, "entries": [{"id": "old1", "command": "task.start", "ts": 1e12,
+                                "reply": {"id": "old1", "ok": True, "result": {"n": 7}}}]}
+    path.write_text(json.dumps(old))
+    rig = Rig(dedup_store=JsonFileDedupStore(path), wall_clock=lambda: 1e12)
+    r = rig.api.handle("task.start", cmd("old1"), source="t")
+    assert r.ok and r.result == {"n": 7} and rig.count("task.start") == 0
+    rig.mode = Mode.RUNNING
+    rig.api.handle("task.cancel", cmd("new1"), source="t")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [x["id"] for x in rows] == ["old1", "new1"]  # now one entry a line
+    with open(path, "a") as f:
+        f.write('{"id": "torn", "comm')  # a crash in the middle of an append
+    again = Rig(dedup_store=JsonFileDedupStore(path), wall_clock=lambda: 1e12)
+    assert again.api.handle("task.start", cmd("old1"), source="t").result == {"n": 7}
+    again.mode = Mode.RUNNING
+    again.api.handle("task.cancel", cmd("new2"), source="t")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]  # all lines parse
+    assert [x["id"] for x in rows] == ["old1", "new1", "new2"]
+
+
 def test_corrupt_dedup_file_is_an_empty_window(tmp_path: Path) -> None:
     path = tmp_path / "dedup.json"
     path.write_bytes(b'{"v":1,"entries":[{"id":"x"}, 5, {"id": "y", "command": "status", '

@@ -196,7 +196,8 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
         tmp_path: Path) -> None:
     """The whole daemon (--sim) with the trained policy served by Triton first: the task's
     decisions come from Triton; the server is killed mid-task and the task still succeeds on
-    the local session with no dropped decision; after a restart Triton decides again."""
+    the local session with no dropped decision, the health monitor enters `remote_policy_lost`
+    (event, `state.degraded`); after a restart Triton decides again and the mode is left."""
     from daemon_proc import DaemonProc
     from mosquitto import wait_until
 
@@ -204,13 +205,21 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
     server = TritonServer(trained, tmp_path / "triton.log")
     server.start()
     d = DaemonProc(tmp_path, None, extra=(f"inference.triton_url={server.url}",
-                                          f"inference.model={trained}")).start()
+                                          f"inference.model={trained}",
+                                          "health.period_s=0.2")).start()
     try:
         server.wait_ready(60.0)
         d.wait_ready()
 
         def inference() -> dict[str, Any]:
             return dict(d.socket_cmd("status")["result"]["inference"] or {})
+
+        def mode_events(kind: str) -> list[dict[str, Any]]:
+            return [e for e in d.events("event") if e.get("type") == kind
+                    and e.get("mode") == "remote_policy_lost"]
+
+        def degraded() -> list[str]:
+            return list(d.socket_cmd("status")["result"]["degraded"])
 
         wait_until(lambda: inference().get("preferred_ready") == "triton", 60, "triton ready")
         r = d.socket_cmd("task.start", {"task": "pick_place"})
@@ -219,6 +228,8 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
         wait_until(lambda: inference().get("backend_in_use") == "triton"
                    and inference().get("decisions", 0) >= 20, 60, "20 decisions, from Triton")
         server.stop(graceful=False)  # SIGKILL mid-task
+        wait_until(lambda: "remote_policy_lost" in degraded(), 30, "remote_policy_lost held")
+        assert mode_events("degraded"), d.events("event")[-5:]
         wait_until(lambda: bool([e for e in d.events("event") if e.get("type") == "task_done"]),
                    90, "the task ends")
         done = next(e for e in d.events("event") if e.get("type") == "task_done")
@@ -229,6 +240,8 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
         server.start()  # same ports
         server.wait_ready(60.0)
         wait_until(lambda: inference().get("preferred_ready") == "triton", 60, "triton back")
+        wait_until(lambda: "remote_policy_lost" not in degraded(), 30, "the mode left")
+        assert mode_events("recovered")
         assert d.socket_cmd("task.start", {"task": "pick_place"})["ok"]
         wait_until(lambda: inference().get("backend_in_use") == "triton", 60, "decisions again")
     finally:

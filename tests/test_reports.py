@@ -31,7 +31,7 @@ from edge_agent.reports.record import (
 from edge_agent.reports.sinks import MQTT_MAX_BYTES, DiskSink, mqtt_payload
 from edge_agent.reports.webhook import (
     WECOM_MARKDOWN_MAX,
-    TokenBucket,
+    SendWindow,
     WebhookSink,
     parse_retry_after,
     wecom_messages,
@@ -143,11 +143,18 @@ def test_the_mqtt_payload_stays_under_64_kib() -> None:
     assert p["cut"] is True and f"reports show {r.id}" in p["markdown"]
 
 
-def test_token_bucket_and_retry_after() -> None:
-    b = TokenBucket(20)
-    assert all(b.take(0.0) for _ in range(20))
-    assert not b.take(0.0) and b.wait_s(0.0) == pytest.approx(3.0)
-    assert b.take(3.0)
+def test_send_window_never_lets_more_than_the_rate_through_in_any_minute_and_retry_after(
+        ) -> None:
+    w = SendWindow(20)
+    assert all(w.take(0.0) for _ in range(20))
+    assert not w.take(0.0) and w.wait_s(0.0) == pytest.approx(60.0)
+    assert not w.take(59.9) and w.take(60.0)  # the first send has left the window
+    # a steady offer of one a second for ten minutes: never more than 20 in any 60 s
+    w, sent = SendWindow(20), []
+    for t in range(600):
+        if w.take(float(t)):
+            sent.append(t)
+    assert max(sum(1 for x in sent if t <= x < t + 60) for t in range(600)) == 20
     assert parse_retry_after("7", 0.0) == 7.0
     assert parse_retry_after("Thu, 01 Jan 1970 00:00:30 GMT", 10.0) == pytest.approx(20.0)
     assert parse_retry_after("soon", 0.0) is None

@@ -3,7 +3,8 @@
 QoS 1 may deliver a command twice (and a sender may retry after a lost reply): the second copy
 gets the stored reply and does not run again. The window is bounded by age (wall clock, since it
 must survive a restart) and by count. Persistence is a small `DedupStore` seam; `JsonFileDedupStore`
-writes the whole window atomically (temp file, fsync, `os.replace`, fsync of the directory).
+appends each new reply to a JSON-lines log (fsync'd) and rewrites the window atomically when the
+log has grown to twice its size.
 """
 
 from __future__ import annotations
@@ -72,40 +73,113 @@ class MemoryDedupStore:
 
 
 class JsonFileDedupStore:
-    """The window as one JSON file, replaced atomically on every save."""
+    """The window as a JSON-lines log: each new reply appended (and fsync'd) as one line, the
+    whole window rewritten atomically (temp file, fsync, `os.replace`, fsync of the directory)
+    only when the log has grown to twice the window.
+
+    It used to rewrite the whole window on every command: with a busy sender (a storm of resets
+    and injections, ~700 entries after a minute) each command re-encoded up to `max_entries`
+    replies in one `json.dumps` — milliseconds with the GIL held, longer as the window grew —
+    and the control loop missed periods. Reads the old one-object file (`{"v": 1, "entries":
+    [...]}`) too; a torn or garbled line is skipped (with a warning) and the next save compacts.
+    """
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self._lines = 0  # lines in the file now
+        self._last: tuple[str, float] | None = None  # (id, ts) of the last entry written
+        self._compact_next = True  # a file of unknown shape: the first save rewrites it
 
     def load(self) -> list[DedupEntry]:
         try:
             with open(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
-                data = json.loads(f.read())
+                text = f.read()
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as exc:
             _log.warning("dedup_store_unreadable", path=str(self.path), error=str(exc))
             return []
-        raw = data.get("entries") if isinstance(data, dict) else None
-        if not isinstance(raw, list):
-            _log.warning("dedup_store_unreadable", path=str(self.path), error="no entries list")
-            return []
+        items, clean = self._items(text)
         out: list[DedupEntry] = []
-        for item in raw:
+        for item in items:
             try:
                 out.append(DedupEntry.from_json(item))
             except ValueError as exc:
+                clean = False
                 _log.warning("dedup_entry_skipped", path=str(self.path), error=str(exc))
+        self._lines = len(items)
+        self._last = (out[-1].id, out[-1].ts) if out else None
+        self._compact_next = not clean
         return out
 
+    def _items(self, text: str) -> tuple[list[Any], bool]:
+        """The entries' JSON values, and whether the file was a clean log (False: rewrite it)."""
+        with contextlib.suppress(ValueError):
+            data = json.loads(text)
+            if isinstance(data, dict):  # the one-object format of earlier versions
+                raw = data.get("entries")
+                if isinstance(raw, list):
+                    return raw, False
+        items: list[Any] = []
+        clean = text.endswith("\n") or not text
+        for line in text.splitlines():
+            try:
+                items.append(json.loads(line))
+            except ValueError:
+                clean = False
+                _log.warning("dedup_line_skipped", path=str(self.path), bytes=len(line))
+        return items, clean
+
     def save(self, entries: Sequence[DedupEntry]) -> None:
-        body = json.dumps({"v": 1, "entries": [e.to_json() for e in entries]},
-                          separators=(",", ":")).encode("utf-8")
+        """Persist the window `entries` (oldest first): append what is new since the last save,
+        or rewrite the file when it has grown to twice the window (or is not a clean log)."""
+        new = self._new(entries)
+        try:
+            if new is None or self._compact_next or self._lines + len(new) > 2 * len(entries) + 64:
+                self._rewrite(entries)
+            elif new:
+                self._append(new)
+        except OSError as exc:
+            self._compact_next = True  # a line may be half written: the next save rewrites
+            raise StoreError(f"dedup window {self.path}: {exc}") from exc
+        if entries:
+            self._last = (entries[-1].id, entries[-1].ts)
+
+    def _new(self, entries: Sequence[DedupEntry]) -> list[DedupEntry] | None:
+        """The entries after the last one written (None: it is not in the window any more)."""
+        if self._last is None:
+            return None
+        for i in range(len(entries) - 1, -1, -1):  # usually the one before the newest
+            if (entries[i].id, entries[i].ts) == self._last:
+                return list(entries[i + 1:])
+        return None
+
+    @staticmethod
+    def _lines_of(entries: Sequence[DedupEntry]) -> bytes:
+        # one short json.dumps per entry: no single long C call (see the class doc)
+        return "".join(json.dumps(e.to_json(), separators=(",", ":")) + "\n"
+                       for e in entries).encode("utf-8")
+
+    def _append(self, entries: Sequence[DedupEntry]) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(self._lines_of(entries))
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._lines += len(entries)
+
+    def _rewrite(self, entries: Sequence[DedupEntry]) -> None:
+        body = self._lines_of(entries)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
-                os.write(fd, body)
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view):]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -115,10 +189,12 @@ class JsonFileDedupStore:
                 os.fsync(dfd)
             finally:
                 os.close(dfd)
-        except OSError as exc:
+        except OSError:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            raise StoreError(f"dedup window {self.path}: {exc}") from exc
+            raise
+        self._lines = len(entries)
+        self._compact_next = False
 
 
 class DedupWindow:
