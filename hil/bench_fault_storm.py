@@ -6,7 +6,9 @@ Starts `edge-agent run --sim` with `debug.failure_injection` on and `reports.web
 real local HTTP receiver (hil/webhook_receiver.py, answering as WeCom does). Two windows of
 `--seconds` each, in the same run: quiet, then the storm — every second `failure.inject estop
 press` on the control socket, the release, and a `reset` (each press is one e-stop report; the
-latch and the reset are polled every 50 ms, as an operator's screen might). The
+latch and the reset are polled every 50 ms, as an operator's screen might; resets are
+rate-limited — `executor.reset_min_interval_s` — so at a fault a second a reset waits for the
+previous one's second to pass: the `rate_limited` refusals). The
 simulated robot records the arrival time of every COMMAND frame (the daemon streams them at the
 control rate also while idle or latched: holds); the period error of that stream in each window
 is the control loop's figure (as in hil.bench_control_loop). Then it waits for the outbox to
