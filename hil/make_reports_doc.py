@@ -205,15 +205,17 @@ second through `failure.inject` (press, release, reset; the bench polls `status`
 every 50 ms) on a running `--sim` daemon, the control loop's COMMAND stream measured at the
 robot in a quiet window and in the storm of the same run, and a real local HTTP receiver as the
 chat. What the storm cost was the GIL, not the CPU (the daemon used 31 % of a core quiet, 37 %
-in the storm): each report's entry — its sensor window, ~36 kB of JSON — was encoded by
-`json.dumps` (one C call: 2–4 ms with the GIL held) up to eight times while it was delivered, and
-every `status` counted the frozen heap (`gc.get_freeze_count()`, a walk over 5·10^4 objects) and
-hashed the model file. Now a report is encoded once, in pieces (edge_agent/store/json_pieces.py),
-and `status` reads both from memos. 10 s windows on a 2-CPU VM also running another benchmark
-(load average 1.7): storm P99 9.2 ms → 1.8–2.0 ms (quiet window of the same runs 0.9–1.7 ms);
-with the report listener removed altogether the storm gave 1.8 ms — what is left is the stop
-path and the polling, not the reports. The chat got 3–15 messages for 20 reports (repeats
-merged, every report carried once), within 20 a minute.
+in the storm): one C call at a time held it for milliseconds — each report's entry (its sensor
+window, ~36 kB of JSON) encoded by `json.dumps` up to eight times while it was delivered; every
+`status` counting the frozen heap and hashing the model file; and every command rewriting the
+whole dedup window, which grew through the storm. Now a report is encoded once, in pieces
+(edge_agent/store/json_pieces.py), `status` reads memos, and the dedup window is an append-only
+log. `--seconds 60` on a quiet 2-CPU VM (2026-12-05, 0.1–0.2 % steal): control-loop P99 period
+error **0.64 ms quiet, 0.92 ms in the storm** (missed periods 2.9e-3 / 4.8e-3; with the dedup
+rewrite still in: 0.69 / 4.70 ms; before any fix, at load 1.7: 1.7 / 9.2 ms). Resets wait for the reset rate limit
+(`executor.reset_min_interval_s`, 1 s): 0.75 s median after the release. The chat got 24
+messages for 62 reports — every report carried once, repeats merged — and at most 20 in any
+60 s (a token bucket had let 39 through: the webhook now counts a sliding minute).
 """
 
 
