@@ -212,10 +212,11 @@ whole dedup window, which grew through the storm. Now a report is encoded once, 
 (edge_agent/store/json_pieces.py), `status` reads memos, and the dedup window is an append-only
 log. `--seconds 60` on a quiet 2-CPU VM (2026-12-05, 0.1–0.2 % steal): control-loop P99 period
 error **0.64 ms quiet, 0.92 ms in the storm** (missed periods 2.9e-3 / 4.8e-3; with the dedup
-rewrite still in: 0.69 / 4.70 ms; before any fix, at load 1.7: 1.7 / 9.2 ms). Resets wait for the reset rate limit
-(`executor.reset_min_interval_s`, 1 s): 0.75 s median after the release. The chat got 24
-messages for 62 reports — every report carried once, repeats merged — and at most 20 in any
-60 s (a token bucket had let 39 through: the webhook now counts a sliding minute).
+rewrite still in: 0.69 / 4.70 ms; before any fix, at load 1.7: 1.7 / 9.2 ms). Resets wait for
+the reset rate limit (`executor.reset_min_interval_s`, 1 s): 0.75 s median after the release.
+The chat got 24 messages for 62 reports — every report carried once, repeats merged — and at
+most 20 in any 60 s (a token bucket had let 39 through: the webhook now counts a sliding
+minute).
 """
 
 
