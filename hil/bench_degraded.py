@@ -25,11 +25,9 @@ import argparse
 import contextlib
 import datetime as dt
 import json
-import math
 import os
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import threading
@@ -41,6 +39,7 @@ from typing import Any
 
 from hil import kalman_rmse
 from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
+from hil.degraded_tally import Run, report
 from hil.steal import StealMeter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,18 +75,6 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     Fault("triton", "triton", "down", 3.0, expect=("remote_policy_lost", "")),
     Fault("broker", "broker", "stop", 3.0, expect=("broker_lost", "")),
 )}
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
-
-
-def describe(xs: list[float], unit: str = "s") -> str:
-    if not xs:
-        return "no samples"
-    return (f"median {statistics.median(xs):.3f} {unit}, P99 {pct(xs, 0.99):.3f} {unit}, "
-            f"max {max(xs):.3f} {unit} (n={len(xs)})")
 
 
 def log_time(rec: dict[str, Any]) -> float:
@@ -139,21 +126,6 @@ def status(d: Daemon) -> dict[str, Any]:
     if not r.get("ok"):
         raise RuntimeError(f"status refused: {r}")
     return r["result"]  # type: ignore[no-any-return]
-
-
-@dataclass
-class Run:
-    """One fault's tasks: outcomes, durations, latencies."""
-
-    outcomes: list[str]
-    durations: list[float]
-    to_mode: list[float]
-    to_recovered: list[float]
-    modes: dict[str, int]
-    failures: dict[str, int]
-    stops: dict[str, int]
-    missed_mode: int = 0
-    missed_recovery: int = 0
 
 
 class Bench:
@@ -280,31 +252,6 @@ class Bench:
             self.task(f, out)
             print(f"  {f.name if f else 'baseline'} task {i}: {out.outcomes[-1]}", flush=True)
         return out
-
-
-def report(name: str, r: Run, base: Run | None) -> None:
-    ok = r.outcomes.count("success")
-    rate = 100 * ok / max(1, len(r.outcomes))
-    line = f"{name}: success {ok}/{len(r.outcomes)} = {rate:.1f} %"
-    if base is not None:
-        b_rate = 100 * base.outcomes.count("success") / max(1, len(base.outcomes))
-        line += f" (baseline {b_rate:.1f} %, target >= 95 %)"
-    print(line)
-    others = {o: r.outcomes.count(o) for o in sorted(set(r.outcomes)) if o != "success"}
-    if others:
-        print(f"  other outcomes: {others}; why: {r.failures}")
-    ratio = ""
-    if base is not None and base.durations and r.durations:
-        ratio = f"; {statistics.median(r.durations) / statistics.median(base.durations):.2f}x " \
-                "the baseline's median"
-    print(f"  task duration: {describe(r.durations)}{ratio}")
-    print(f"  protective stops during the tasks (by cause): {r.stops or 'none'}")
-    print(f"  modes entered during the tasks: {r.modes or 'none'}")
-    if base is None:
-        return
-    print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
-    print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
-          f"none: {r.missed_recovery}")
 
 
 def _interrupt(*_: object) -> None:

@@ -59,10 +59,11 @@ def test_another_thread_runs_while_a_big_window_is_encoded() -> None:
     rows = [[round(0.001 * i, 4), *(0.5 + 1e-6 * j for j in range(10))] for i in range(20_000)]
     obj = {"rows": rows}
     gaps: list[float] = []
-    stop = threading.Event()
+    stop, running = threading.Event(), threading.Event()
 
     def ticker() -> None:  # notes how long it waited between two of its own steps
         last = time.perf_counter()
+        running.set()
         while not stop.is_set():
             now = time.perf_counter()
             gaps.append(now - last)
@@ -73,7 +74,7 @@ def test_another_thread_runs_while_a_big_window_is_encoded() -> None:
     t = threading.Thread(target=ticker)
     t.start()
     try:
-        time.sleep(0.01)
+        assert running.wait(10.0)
         gaps.clear()
         t0 = time.perf_counter()
         json.dumps(obj, separators=(",", ":"))

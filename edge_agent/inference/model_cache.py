@@ -130,11 +130,8 @@ class ModelCache:
                 return None
             return (s.st_ino, s.st_size, s.st_mtime_ns)
         pointer = st(self.dir / POINTER)
-        try:
-            sha = json.loads((self.dir / POINTER).read_text(encoding="utf-8")).get("current")
-        except (OSError, ValueError, AttributeError):
-            sha = None
-        if not isinstance(sha, str):
+        sha = self.pointer()["current"]
+        if sha is None:
             return (pointer, None)
         model = self.dir / f"{sha}.onnx"
         return (pointer, sha, st(model), st(card_path_for(model)))
