@@ -111,6 +111,7 @@ def test_a_stopped_daemon_wakes_up_latched_and_its_stale_setpoints_never_reach_t
         assert d.proc is not None
         t_stop = _rig_t(d)
         os.kill(d.proc.pid, signal.SIGSTOP)
+        t_stopped = _rig_t(d)  # the rig's time once the stop is in: a host stall may delay it
         try:
             _wait_rig_time(d, t_stop + 1.0, "a second of the daemon stopped")
         finally:
@@ -120,7 +121,7 @@ def test_a_stopped_daemon_wakes_up_latched_and_its_stale_setpoints_never_reach_t
         _wait_rig_time(d, t_cont + 0.5, "half a second after the continue")
         # the guardian held at the deadman; nothing the daemon computed after the stall moved
         # the robot (frames in flight at the SIGSTOP land within a few ms of it)
-        assert _positions_since(d, t_stop + 0.1) == []
+        assert _positions_since(d, t_stopped + 0.1) == []
         st = _status(d)
         assert _latched_deadman(st), st
         g = st["link"]["guardian"]
@@ -143,6 +144,7 @@ def test_a_stopped_guardian_is_a_deadman_stop_and_the_queued_setpoints_never_mov
         gpid = _guardian_pid(d.proc.pid)
         t_stop = _rig_t(d)
         os.kill(gpid, signal.SIGSTOP)
+        t_stopped = _rig_t(d)  # (as above: not before the kill, which a stall may delay)
         try:
             # the daemon notices the silent guardian while it is still stopped
             wait_until(lambda: _latched_deadman(_status(d)), 30, "a latched deadman stop")
@@ -154,7 +156,7 @@ def test_a_stopped_guardian_is_a_deadman_stop_and_the_queued_setpoints_never_mov
         t_cont = _rig_t(d)
         _wait_rig_time(d, t_cont + 0.5, "half a second after the continue")
         # the setpoints the daemon queued before it noticed went nowhere
-        assert _positions_since(d, t_stop + 0.1) == []
+        assert _positions_since(d, t_stopped + 0.1) == []
         st = _status(d)
         assert _latched_deadman(st), st
         wait_until(lambda: bool(_status(d)["link"]["guardian"]["latched"]), 10,
