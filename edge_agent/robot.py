@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edge_agent.errors import ConfigError
+from edge_agent.toml_table import TableReader as _Reader
 
 ROBOT_SCHEMA_VERSION = 1
+STUCK_SAMPLES = 5  # a noisy channel's default `stuck_samples` (5 ms of a 1 kHz encoder)
 MAX_JOINTS = 16  # docs/PROTOCOL.md: LIMIT_CLAMPED / OVERCURRENT details are u16 joint bit masks
 OnLoss = Literal["predict", "stop"]
 SensorSource = Literal["status", "sensor"]
@@ -86,6 +88,11 @@ class SensorChannel:
     spike_window: int = 0
     spike_k: float = 5.0
     spike_max_ratio: float = 0.2
+    # `stuck_samples`: this many samples in a row the same bit for bit is a stuck sensor (a
+    # channel with noise never repeats itself); the hub refuses them until the value moves, so
+    # the channel is lost as in a dropout. Default STUCK_SAMPLES for a channel with noise, 0
+    # (off) for a noise-free one, which repeats itself at rest.
+    stuck_samples: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,97 +145,6 @@ class RobotDescription:
 
 
 # --------------------------------------------------------------------------- loading
-
-
-class _Reader:
-    """Typed access to one TOML table that remembers which keys were used (unknown = error)."""
-
-    def __init__(self, table: Mapping[str, Any], prefix: str, source: str) -> None:
-        self.t = table
-        self.prefix = prefix
-        self.source = source
-        self.used: set[str] = set()
-
-    def key(self, k: str) -> str:
-        return f"{self.prefix}{k}"
-
-    def fail(self, k: str, v: object, why: str) -> ConfigError:
-        return ConfigError(self.key(k), v, why, self.source)
-
-    def raw(self, k: str, default: Any = ...) -> Any:
-        self.used.add(k)
-        if k not in self.t:
-            if default is ...:
-                typo = _close(k, [x for x in self.t if x not in self.used])
-                raise self.fail(k, None, f"is required; is {self.key(typo)!r} a typo?" if typo
-                                else "is required")
-            return default
-        return self.t[k]
-
-    def num(self, k: str, default: Any = ..., *, lo: float | None = None,
-            hi: float | None = None, lo_open: bool = False) -> float:
-        v = self.raw(k, default)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise self.fail(k, v, "must be a number")
-        f = float(v)
-        if not math.isfinite(f):
-            raise self.fail(k, v, "must be finite")
-        if lo is not None and (f < lo or (lo_open and f == lo)):
-            raise self.fail(k, v, f"must be {'>' if lo_open else '>='} {lo}")
-        if hi is not None and f > hi:
-            raise self.fail(k, v, f"must be <= {hi}")
-        return f
-
-    def text(self, k: str, default: Any = ..., choices: tuple[str, ...] | None = None) -> str:
-        v = self.raw(k, default)
-        if not isinstance(v, str) or not v:
-            raise self.fail(k, v, "must be a non-empty string")
-        if choices is not None and v not in choices:
-            raise self.fail(k, v, f"must be one of {', '.join(choices)}")
-        return v
-
-    def vec3(self, k: str, default: Any = ...) -> tuple[float, float, float]:
-        v = self.raw(k, default)
-        if (not isinstance(v, list) or len(v) != 3
-                or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in v)
-                or not all(math.isfinite(float(x)) for x in v)):
-            raise self.fail(k, v, "must be a list of 3 finite numbers")
-        return (float(v[0]), float(v[1]), float(v[2]))
-
-    def table(self, k: str) -> _Reader:
-        v = self.raw(k)
-        if not isinstance(v, Mapping):
-            raise self.fail(k, v, "must be a table")
-        return _Reader(v, f"{self.key(k)}.", self.source)
-
-    def tables(self, k: str) -> list[_Reader]:
-        v = self.raw(k)
-        if not isinstance(v, list) or not v or not all(isinstance(x, Mapping) for x in v):
-            raise self.fail(k, v, "must be a non-empty array of tables")
-        return [_Reader(x, f"{self.key(k)}[{i}].", self.source) for i, x in enumerate(v)]
-
-    def integer(self, k: str, default: Any = ..., *, lo: int, hi: int) -> int:
-        v = self.raw(k, default)
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.fail(k, v, "must be an integer")
-        if not lo <= v <= hi:
-            raise self.fail(k, v, f"must be >= {lo} and <= {hi}")
-        return v
-
-    def done(self) -> None:
-        unknown = sorted(set(self.t) - self.used)
-        if unknown:
-            k = unknown[0]
-            close = _close(k, sorted(self.used))
-            why = f"unknown key; did you mean {self.key(close)}?" if close else "unknown key"
-            raise self.fail(k, "{...}" if isinstance(self.t[k], Mapping) else self.t[k], why)
-
-
-def _close(word: str, candidates: list[str]) -> str | None:
-    import difflib
-
-    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
-    return found[0] if found else None
 
 
 def _unique(readers: list[_Reader], names: list[str], what: str) -> None:
@@ -287,6 +203,17 @@ def _spike_filter(r: _Reader) -> dict[str, Any]:
     return out
 
 
+def _stuck_samples(r: _Reader) -> int:
+    noisy = r.num("noise_std", lo=0.0) > 0
+    n = r.integer("stuck_samples", STUCK_SAMPLES if noisy else 0, lo=0, hi=100_000)
+    if n == 1:
+        raise r.fail("stuck_samples", n, "must be 0 (off) or >= 2: one sample is never stuck")
+    if n and not noisy:
+        raise r.fail("stuck_samples", n, "a noise-free channel (noise_std = 0) repeats itself "
+                     "at rest: stuck detection needs noise")
+    return n
+
+
 def _sensor(r: _Reader) -> SensorChannel:
     s = SensorChannel(
         name=r.text("name"),
@@ -301,6 +228,7 @@ def _sensor(r: _Reader) -> SensorChannel:
         predict_max_std=r.num("predict_max_std", 0.0, lo=0.0),
         value_range=_value_range(r),
         **_spike_filter(r),
+        stuck_samples=_stuck_samples(r),
     )
     if s.on_loss == "stop" and s.predict_max_std > 0:
         raise r.fail("predict_max_std", s.predict_max_std,

@@ -13,7 +13,9 @@ ratio of medians to the baseline), fault → mode latency (injection → the dae
 event, wall clock: the event's log stamp), recovery latency (the fault's end → `recovered`), and
 the modes seen. A fault whose injector this daemon lacks, or whose part is not configured (a GPU,
 a Triton server), is skipped with the reason printed. Before the next task the bench waits for
-`state.degraded` to empty again.
+`state.degraded` to empty again. A fault that is not degradable (a stuck encoder: the safe answer
+is the `sensor_bound` protective stop) is measured as fault → stop latency, and its task counts
+as a success when it completes after the operator's part: the fault gone, `reset`, `resume`.
 
 Part 2 — Kalman prediction RMSE against the rig's ground truth for dropouts of 50, 200 and
 1,000 ms, in lock-step (hil/kalman_rmse.py, also `python3 -m hil.kalman_rmse`).
@@ -61,6 +63,7 @@ class Fault:
     duration_s: float
     severity: float | None = None
     expect: tuple[str, str] | None = None  # (mode, subject) a degraded event should carry
+    stop: str | None = None  # not degradable: the protective stop (cause) that is the answer
 
 
 FAULTS: dict[str, Fault] = {f.name: f for f in (
@@ -69,7 +72,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
           expect=("sensor_predicted", "object_pose")),
     Fault("wrist_force", "sensor:wrist_force", "dropout", 0.3,
           expect=("sensor_predicted", "wrist_force")),
-    Fault("stuck_encoder", "sensor:joint_encoders", "stuck", 0.5),
+    # not degradable: the repeats are refused, the encoders lost past their 10 ms bound
+    Fault("stuck_encoder", "sensor:joint_encoders", "stuck", 0.5,
+          expect=("sensor_predicted", "joint_encoders"), stop="sensor_bound"),
     Fault("spikes", "sensor:wrist_force", "spikes", 2.0, severity=1.0),
     Fault("gpu", "gpu", "fail", 3.0, expect=("cpu_inference", "")),
     Fault("triton", "triton", "down", 3.0, expect=("remote_policy_lost", "")),
@@ -187,6 +192,7 @@ class Bench:
         if not r.get("ok"):
             run.outcomes.append(f"refused:{r['error']['code']}")
             return
+        task_id = str(r["result"]["task_id"])
         window: tuple[float, float] | None = None
         if f is not None:
             time.sleep(self.args.inject_at_s)  # a running task, mid-motion
@@ -196,6 +202,8 @@ class Bench:
                 return
             window = got
         try:
+            if f is not None and f.stop is not None and window is not None:
+                self.stopped(f, window, task_id, run)
             wait_for(lambda: bool(events(self.d, "task_done", t_start)), self.args.timeout_s,
                      "task_done")
             done = events(self.d, "task_done", t_start)[0]
@@ -214,6 +222,27 @@ class Bench:
             run.modes[key] = run.modes.get(key, 0) + 1
         if window is not None:
             self.latencies(f, window, run)  # type: ignore[arg-type]
+
+    def stopped(self, f: Fault, window: tuple[float, float], task_id: str, run: Run) -> None:
+        """A non-degradable fault: its protective stop, then the operator's reset and resume once
+        the fault is gone (the task's own task_done then tells whether it completed)."""
+        assert f.stop is not None
+        t_inj, t_end = window
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            stops = [e for e in events(self.d, "stop", t_inj) if e.get("cause") == f.stop]
+            if stops:
+                run.to_stop.append(log_time(stops[0]) - t_inj)
+                break
+            time.sleep(0.01)
+        else:
+            run.missed_stop += 1
+            return
+        time.sleep(max(0.0, t_end - time.time()))
+        wait_for(lambda: self.d.socket_cmd("reset")["ok"], 30, "reset after the fault")
+        r = self.d.socket_cmd("resume", {"task_id": task_id})
+        if not r.get("ok"):
+            raise RuntimeError(f"resume refused: {r}")
 
     def latencies(self, f: Fault, window: tuple[float, float], run: Run) -> None:
         """Every mode entered from the injection to the task's end (counted by mode/subject);

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -32,6 +32,8 @@ class Run:
     stops: dict[str, int]
     missed_mode: int = 0
     missed_recovery: int = 0
+    to_stop: list[float] = field(default_factory=list)  # a non-degradable fault's stop
+    missed_stop: int = 0
 
 
 def report(name: str, r: Run, base: Run | None) -> None:
@@ -54,6 +56,9 @@ def report(name: str, r: Run, base: Run | None) -> None:
     print(f"  modes entered during the tasks: {r.modes or 'none'}")
     if base is None:
         return
+    if r.to_stop or r.missed_stop:
+        print(f"  fault -> protective stop (not degradable; success = completed after reset + "
+              f"resume): {describe(r.to_stop)}; no stop: {r.missed_stop}")
     print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
     print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
           f"none: {r.missed_recovery}")

@@ -17,7 +17,7 @@ from triton_server import TritonServer, serving, triton_unavailable
 from edge_agent.inference.backend import DecisionRecord, EventBus, EventKind, InferenceEvent
 from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.router import PolicyRouter
-from edge_agent.inference.triton_backend import TritonBackend
+from edge_agent.inference.triton_backend import DEADLINE_MISSES_DOWN, TritonBackend
 from edge_agent.policy_seam import OBS_DIM, Action, action_from_scores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,6 +132,32 @@ def test_a_slow_server_misses_the_deadline_and_the_local_model_decides(
         (remote, why), last = rig.records[-1].attempts[0], rig.records[-1].attempts[-1]
         assert remote == "triton" and why in ("deadline", "error"), rig.records[-1].attempts
         assert last == ("cached", "ok")
+    finally:
+        server.set_delay_ms(0)
+        rig.stop()
+
+
+@needs_server
+def test_one_late_answer_is_not_an_outage_a_hung_server_is(server: TritonServer,
+                                                          model: Path) -> None:
+    """A deadline miss fails that decision only; DEADLINE_MISSES_DOWN in a row take it down."""
+    server.wait_ready(60.0)
+    rig = Rig(server.url, model, deadline_s=0.1)
+    try:
+        assert rig.remote.wait_ready(30.0)
+        rig.decide_until(lambda: rig.router.backend_in_use == "triton", 30.0)
+        n_events = len(rig.events)
+        server.set_delay_ms(300)  # every answer now comes after the 100 ms deadline
+
+        def downs() -> list[str]:
+            return [e.detail for e in rig.events[n_events:] if e.kind is EventKind.BACKEND_DOWN]
+
+        rig.decide_until(lambda: downs(), 30.0)
+        assert rig.remote.deadline_misses >= DEADLINE_MISSES_DOWN
+        assert f"{DEADLINE_MISSES_DOWN} requests in a row over the 100 ms deadline" in downs()[0]
+        server.set_delay_ms(0)
+        rig.decide_until(lambda: rig.router.backend_in_use == "triton", 60.0)
+        assert rig.router.no_decisions == 0
     finally:
         server.set_delay_ms(0)
         rig.stop()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from edge_agent.errors import ConfigError
-from edge_agent.robot import MAX_JOINTS, load_robot, parse_robot
+from edge_agent.robot import MAX_JOINTS, STUCK_SAMPLES, load_robot, parse_robot
 
 ROBOT = Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml"
 BASE: dict[str, Any] = tomllib.loads(ROBOT.read_text(encoding="utf-8"))
@@ -69,6 +69,19 @@ def test_sensor_ranges_and_spike_filters_are_read() -> None:
     data["sensors"][0]["spike_filter"] = {"window": 9}  # k and max_ratio default
     enc = parse_robot(data).sensor("joint_encoders")
     assert (enc.spike_window, enc.spike_k, enc.spike_max_ratio) == (9, 5.0, 0.2)
+
+
+def test_stuck_samples_default_on_for_noisy_channels_and_can_be_set() -> None:
+    robot = load_robot(ROBOT)
+    assert {c.name: c.stuck_samples for c in robot.sensors} == {
+        "joint_encoders": STUCK_SAMPLES, "joint_currents": STUCK_SAMPLES,
+        "gripper_position": STUCK_SAMPLES, "wrist_force": STUCK_SAMPLES,
+        "object_pose": STUCK_SAMPLES, "estop_input": 0}  # noise-free: off
+    data = copy.deepcopy(BASE)
+    data["sensors"][0]["stuck_samples"] = 0  # a quantized encoder repeats itself at rest
+    data["sensors"][1]["stuck_samples"] = 50
+    robot = parse_robot(data)
+    assert robot.sensors[0].stuck_samples == 0 and robot.sensors[1].stuck_samples == 50
 
 
 def test_shipped_description_loads() -> None:
@@ -161,6 +174,12 @@ BAD: list[tuple[str, Mutation, str, str]] = [
      "sensors[0].spike_filter", "must be a table"),
     ("e-stop spike filtered", _set("sensors.5.spike_filter", {"window": 7}),
      "sensors[5].spike_filter", "never filtered"),
+    ("stuck run of one", _set("sensors.0.stuck_samples", 1), "sensors[0].stuck_samples",
+     "one sample is never stuck"),
+    ("stuck check on a noise-free channel", _set("sensors.5.stuck_samples", 5),
+     "sensors[5].stuck_samples", "needs noise"),
+    ("stuck samples negative", _set("sensors.0.stuck_samples", -1), "sensors[0].stuck_samples",
+     ">= 0"),
 ]
 
 

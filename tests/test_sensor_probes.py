@@ -163,18 +163,41 @@ def test_a_lost_stop_channel_reports_without_a_mode() -> None:
     assert rig.probes["sensor:joint_currents"].mode is None
 
 
-def test_a_stuck_encoder_is_reported() -> None:
+def test_a_stuck_encoder_is_refused_lost_and_reported_and_back_once_it_moves() -> None:
+    """The same q bit for bit is refused from the description's `stuck_samples`-th sample: the
+    channel goes stale as in a dropout (the stale fast path, the freshness probe past its 10 ms
+    bound: the sensor_bound stop), the quality probe names it, and a moving value is taken again."""
     rig = Rig()
     rig.run(0.2)
     rig.check("sensor:joint_encoders:quality")
+    enc = ROBOT.sensor("joint_encoders")
+    assert enc.stuck_samples == 5  # the default for a channel with noise
     frozen = (0.1, 1.2, -1.9, -0.87)
     rig.run(0.3, q=frozen, dq=(0.0,) * 4)  # the rig's `stuck`: q held, dq zero
-    rig.check("sensor:joint_encoders:quality")
-    rig.run(0.3, q=frozen, dq=(0.0,) * 4)
-    r = rig.check("sensor:joint_encoders:quality")
-    assert r.failed and "stuck" in r.message
+    counts = rig.hub.channel_counts("joint_encoders")
+    assert counts.stuck == 300 - (enc.stuck_samples - 1)  # the first 4 repeats still taken
+    assert rig.hub.snapshot(rig.t).channel("joint_encoders").lost  # (the control thread's)
+    assert ("sensor:joint_encoders", "stale", {"channel": "joint_encoders"}) in rig.failures
+    fresh = rig.check("sensor:joint_encoders")
+    assert fresh.failed and "past its prediction bound" in fresh.message, fresh
+    q = rig.check("sensor:joint_encoders:quality")
+    assert q.failed and "stuck: 296 samples refused" in q.message and q.figures["stuck"] == 296
     rig.run(0.3)
     assert rig.check("sensor:joint_encoders:quality").level is Level.OK
+    assert rig.check("sensor:joint_encoders").level is Level.OK
+    assert rig.hub.channel_counts("joint_encoders").stuck == counts.stuck
+
+
+def test_a_repeated_frame_and_a_noise_free_channel_are_not_stuck() -> None:
+    rig = Rig()
+    st = rig.status()
+    for _ in range(20):  # one STATUS decoded again and again (same firmware time): one sample
+        rig.feed(st)
+    assert rig.hub.channel_counts("joint_encoders").stuck == 0
+    rig.run(0.3, q=(0.1, 1.2, -1.9, -0.87))  # (a frozen q; the e-stop input is flat too)
+    assert rig.hub.channel_counts("joint_encoders").stuck > 0
+    assert ROBOT.sensor("estop_input").stuck_samples == 0
+    assert rig.hub.channel_counts("estop_input").stuck == 0
 
 
 def test_a_spike_storm_is_reported_from_the_spike_ratio() -> None:

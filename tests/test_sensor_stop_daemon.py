@@ -1,7 +1,8 @@
 """Issue #15 items 2 and 8 on the real daemon + guardian + simulated robot over a pty.
 
 A sensor lost past its bound (a `stop` channel after a few of its periods, a predicted one past
-predict_max_s) is a latched protective stop `sensor_bound`; a collision's stop stays present while
+predict_max_s; a stuck one too: its repeated samples are refused) is a latched protective stop
+`sensor_bound`; a collision's stop stays present while
 the overcurrent lasts. In both the reset answers `cause_present` while the cause lasts, is
 accepted once it is gone, and the task does not continue by itself: nothing moves (no POSITION
 frame reaches the robot) until `resume`.
@@ -88,14 +89,17 @@ def _stays_still_then_resumes(d: DaemonProc, task_id: str, after: float) -> None
     wait_until(lambda: _moves_since(d, after) > 0, 30, "moving again after resume")
 
 
-@pytest.mark.parametrize("channel", ["joint_encoders", "wrist_force", "joint_currents",
-                                     "gripper_position"])
-def test_a_sensor_lost_past_its_bound_latches_a_protective_stop(tmp_path: Path,
-                                                                 channel: str) -> None:
+@pytest.mark.parametrize(("channel", "mode"), [
+    ("joint_encoders", "dropout"), ("wrist_force", "dropout"), ("joint_currents", "dropout"),
+    ("gripper_position", "dropout"),
+    # the same value bit for bit from a channel with noise: refused, so lost as in a dropout
+    ("joint_encoders", "stuck")])
+def test_a_sensor_lost_past_its_bound_latches_a_protective_stop(tmp_path: Path, channel: str,
+                                                                 mode: str) -> None:
     d = DaemonProc(tmp_path, None).start()
     try:
         task_id = _running_task(d)
-        inj = d.rig({"cmd": "inject", "target": f"sensor:{channel}", "mode": "dropout"})
+        inj = d.rig({"cmd": "inject", "target": f"sensor:{channel}", "mode": mode})
         assert inj["ok"], inj
         st = _stopped_by(d, "sensor_bound")
         assert st["executor"]["saved"], st["executor"]

@@ -34,6 +34,10 @@ from edge_agent.sensors.kalman import EstimatorBank
 from edge_agent.sensors.readings import Freshness, Source
 
 ROBOT = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml")
+# The same robot without the stuck check, for the noise-free synthetic STATUS of `_status`
+# (a channel with noise that repeats itself is stuck: tests/test_sensor_probes.py).
+STEADY = dataclasses.replace(ROBOT, sensors=tuple(
+    dataclasses.replace(c, stuck_samples=0) for c in ROBOT.sensors))
 OBJECT = ROBOT.sensor_channel_id("object_pose")
 
 # --------------------------------------------------------------------------- filters
@@ -188,7 +192,7 @@ def test_a_channel_is_lost_past_its_bound_in_firmware_time() -> None:
     """STATUS keeps coming, a channel's values are invalid: `stop` channels are lost after three
     of their periods of firmware time, predicted ones after predict_max_s, and come back with
     the first valid sample."""
-    hub = SensorHub(ROBOT)
+    hub = SensorHub(STEADY)
     hub.update(_status(1), now=5.0)
     for k in range(2, 5):  # fw 2..4 ms: 3 ms past the last valid currents, not more
         hub.update(_nan_currents(k), now=5.0 + (k - 1) * 1e-3)
@@ -371,9 +375,9 @@ def test_a_predicted_channel_past_its_std_bound_is_lost_in_firmware_time_only() 
     """predict_max_std: the wrist force (a random walk) with a 1 N std bound is lost once the
     firmware kept reporting without it for long enough to grow that uncertain — well before its
     0.5 s time bound — while a host that is merely late (no new STATUS) loses nothing."""
-    force = dataclasses.replace(ROBOT.sensor("wrist_force"), predict_max_std=1.0)
-    robot = dataclasses.replace(ROBOT, sensors=tuple(
-        force if c.name == "wrist_force" else c for c in ROBOT.sensors))
+    force = dataclasses.replace(STEADY.sensor("wrist_force"), predict_max_std=1.0)
+    robot = dataclasses.replace(STEADY, sensors=tuple(
+        force if c.name == "wrist_force" else c for c in STEADY.sensors))
     hub = SensorHub(robot)
     hub.attach_estimators(EstimatorBank.create(robot))
     for k in range(200):

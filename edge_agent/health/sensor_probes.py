@@ -9,11 +9,13 @@ them and compares with the previous check: no I/O, no heavy work, one snapshot p
   up to its bound; past the bound the hub's `sensor_bound` protective stop holds (the probe says
   so, the stop is not its business). A `stop` channel reports without a mode: its loss is that
   stop already.
-- `sensor:<channel>:quality` (reports only, no mode: the values are still measured): NaN/inf
-  samples, a value outside the description's `range`, stuck (the value unchanged bit for bit
-  over a whole probe period while samples arrived — a sensor with noise never repeats itself;
-  for a noise-free one only while `moving()` says the joints move), and the spike ratio
-  (dropped / received over the period) above the channel's `spike_filter.max_ratio`.
+- `sensor:<channel>:quality` (reports only, no mode: what it sees is either still measured or
+  already refused by the hub, and a refused channel is `sensor:<channel>`'s loss): NaN/inf
+  samples, a value outside the description's `range`, stuck (samples the hub refused as stuck —
+  `stuck_samples` in a row the same bit for bit; on a channel without that check, a noise-free
+  one, the value unchanged over a whole probe period while `moving()` says the joints move), and
+  the spike ratio (dropped / received over the period) above the channel's
+  `spike_filter.max_ratio`.
 
 Fast paths: `watch_stale(hub, fail_now)` registers a hub stale listener — a channel that had
 samples and goes stale (in the firmware's time too) is seen inside the control thread's next
@@ -133,12 +135,16 @@ class SensorQualityProbe(_ChannelProbe):
         received = counts.received - prev.received
         spikes = counts.spikes_rejected - prev.spikes_rejected
         nonfinite = counts.nonfinite - prev.nonfinite
+        stuck = counts.stuck - prev.stuck
         figs: dict[str, Figure] = {"channel": ch.name, "received": received,
                                    "spikes_rejected": spikes, "nonfinite": nonfinite,
-                                   "invalid": counts.invalid - prev.invalid}
+                                   "invalid": counts.invalid - prev.invalid, "stuck": stuck}
         problems: list[str] = []
         if nonfinite:
             problems.append(f"{nonfinite} NaN/inf samples")
+        if stuck:
+            problems.append(f"stuck: {stuck} samples refused, each the same bit for bit as the "
+                            f"{ch.stuck_samples - 1} before it (the channel counts as lost)")
         if ch.spike_window and received >= MIN_SAMPLES_FOR_RATIO:
             ratio = spikes / received
             figs["spike_ratio"] = round(ratio, 4)
@@ -153,7 +159,7 @@ class SensorQualityProbe(_ChannelProbe):
             if out:
                 problems.append(f"value {out[0]:g} outside its range [{lo:g}, {hi:g}]")
         prev_value, self._prev_value = self._prev_value, value
-        if (value is not None and value == prev_value and received > 0
+        if (not ch.stuck_samples and value is not None and value == prev_value and received > 0
                 and (ch.noise_std > 0 or (self._moving is not None and self._moving()))):
             problems.append("stuck: the same value over a whole probe period")
         if problems:

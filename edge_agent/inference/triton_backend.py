@@ -4,10 +4,13 @@ The control thread only ever touches `ready()` (a cached flag) and `submit()` (h
 the worker and returns a pending ticket, or None while the worker is still busy with an earlier
 request). The worker thread owns the tritonclient (imported there, lazily: it costs 150–250 ms),
 runs each request with a per-request deadline (`client_timeout`), and between requests refreshes
-readiness (`is_server_ready` and `is_model_ready`) every `ready_period_s`. A failed request marks
-the backend down at once, so later decisions skip it without waiting; the next successful probe
-brings it back. While down, each probe uses a fresh channel: gRPC's reconnect back-off would
-otherwise delay noticing a restarted server by up to two minutes.
+readiness (`is_server_ready` and `is_model_ready`) every `ready_period_s`. A request that fails
+outright (the server refused, reset or unreachable) marks the backend down at once, so later
+decisions skip it without waiting; one that only missed its deadline fails that decision (the
+router asks the next backend), and only the `DEADLINE_MISSES_DOWN`-th in a row marks it down: one
+slow answer on a loaded host is not an outage, a hung server is. The next successful probe brings
+it back. While down, each probe uses a fresh channel: gRPC's reconnect back-off would otherwise
+delay noticing a restarted server by up to two minutes.
 
 `request_health()` (the health monitor's remote-policy probe) asks the worker for one health
 sample — server live, server ready, model ready and a probe inference's latency — between two
@@ -28,6 +31,8 @@ from edge_agent.log import get_logger
 
 log = get_logger(__name__)
 
+DEADLINE_MISSES_DOWN = 3  # requests in a row over their deadline before the backend is down
+_DEADLINE_STATUS = "StatusCode.DEADLINE_EXCEEDED"  # tritonclient's InferenceServerException
 _STOP = object()
 _HEALTH = object()
 
@@ -81,6 +86,8 @@ class TritonBackend:
         self.last_error: str | None = None
         self.requests = 0
         self.failures = 0
+        self.deadline_misses = 0  # of `failures`: requests that only missed the deadline
+        self._misses_in_row = 0
 
     # -- control-thread side --------------------------------------------------------------
     def ready(self) -> bool:
@@ -138,7 +145,7 @@ class TritonBackend:
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "url": self.url, "model": self.model_name,
                 "ready": self._ready, "requests": self.requests, "failures": self.failures,
-                "last_error": self.last_error}
+                "deadline_misses": self.deadline_misses, "last_error": self.last_error}
 
     # -- worker ---------------------------------------------------------------------------
     def _run(self) -> None:
@@ -257,8 +264,16 @@ class TritonBackend:
             self.failures += 1
             why = _short(e)
             ticket.complete(None, why, self._clock())
+            if _missed_deadline(e):
+                self.deadline_misses += 1
+                self._misses_in_row += 1
+                if self._misses_in_row < DEADLINE_MISSES_DOWN:
+                    return True  # this decision fell through; the backend stays in service
+                why = (f"{self._misses_in_row} requests in a row over the "
+                       f"{self._request_timeout * 1e3:g} ms deadline ({why})")
             self._set_ready(f"request failed: {why}")
             return False
+        self._misses_in_row = 0
         ticket.complete(scores, None, self._clock())
         return True
 
@@ -273,6 +288,12 @@ class TritonBackend:
             self._bus.emit(EventKind.BACKEND_UP, self.name, f"{self.url} model {self.model_name}")
         else:
             self._bus.emit(EventKind.BACKEND_DOWN, self.name, why_not or "stopped")
+
+
+def _missed_deadline(e: BaseException) -> bool:
+    """The request ran out of time (gRPC DEADLINE_EXCEEDED), as opposed to failing outright."""
+    status = getattr(e, "status", None)
+    return callable(status) and status() == _DEADLINE_STATUS
 
 
 def _short(e: BaseException) -> str:

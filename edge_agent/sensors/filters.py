@@ -5,6 +5,10 @@ lies more than k robust standard deviations away (1.4826 * MAD estimates sigma f
 noise), or more than a floor when the window is flat. The window holds the *raw* samples, the
 rejected ones too: an isolated spike is dropped, while a genuine step is accepted once it fills
 half the window (a step costs about window/2 samples of delay).
+
+A stuck test (`StuckGate`): a channel with noise never repeats a sample bit for bit, so the
+description's `stuck_samples` in a row the same, at advancing firmware times, are a sensor that
+stopped measuring; they are refused until the value moves.
 """
 
 from __future__ import annotations
@@ -108,6 +112,35 @@ class MedianFilter:
 
     def reset(self) -> None:
         self._window.clear()
+
+
+class StuckGate:
+    """`stuck(sample, t_fw)`: True from the n-th sample in a row equal to the one before it (bit
+    for bit, at a later firmware time: a frame seen twice is one sample) until one differs."""
+
+    __slots__ = ("_last", "_n", "_run", "_t")
+
+    def __init__(self, n: int) -> None:
+        if n < 2:
+            raise ValueError(f"a stuck run needs n >= 2 samples, got {n}")
+        self._n = n
+        self._last: tuple[float, ...] | None = None
+        self._t = -1.0
+        self._run = 0
+
+    def stuck(self, sample: tuple[float, ...], t_fw: float) -> bool:
+        if sample != self._last:
+            self._last, self._t, self._run = sample, t_fw, 1
+            return False
+        if t_fw > self._t:
+            self._t = t_fw
+            self._run += 1
+        return self._run >= self._n
+
+
+def stuck_gates(robot: RobotDescription) -> list[StuckGate | None]:
+    """One StuckGate per channel of `robot` with `stuck_samples` (None for the others)."""
+    return [StuckGate(c.stuck_samples) if c.stuck_samples else None for c in robot.sensors]
 
 
 def spike_filters(robot: RobotDescription, names: Iterable[str] | None, k: float = 5.0,

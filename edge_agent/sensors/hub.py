@@ -1,12 +1,13 @@
 """SensorHub: the latest sensor readings, kept by the link reader, handed to the control thread.
 
 The link reader thread calls `update(msg, now)` with every decoded STATUS, SENSOR and ESTOP_EDGE
-frame. The hub validates each sample (firmware valid flag, dimension, finite values), drops
-spikes on the channels it filters, subtracts calibration offsets, feeds the channel's Kalman
-estimator (built with the hub, so a `predict` channel is predicted from its first frame; the
-closed form needs neither filterpy nor numpy), and publishes an immutable state by swapping one
-reference under a lock. The control thread's `snapshot(now)` works out freshness, predictions
-and bounds for `now` from that reference, without the lock and without copying.
+frame. The hub validates each sample (firmware valid flag, dimension, finite values), refuses a
+stuck channel's (filters.StuckGate: lost as in a dropout), drops spikes on the channels it
+filters, subtracts calibration offsets, feeds the channel's Kalman estimator (built with the
+hub, so a `predict` channel is predicted from its first frame; the closed form needs neither
+filterpy nor numpy), and publishes an immutable state by swapping one reference under a lock.
+The control thread's `snapshot(now)` works out freshness, predictions and bounds for `now` from
+that reference, without the lock and without copying.
 
 STATUS fields map onto the "status" channels by name (docs/PROTOCOL.md §2): joint_encoders <- q,
 joint_currents <- current, gripper_position <- gripper_pos, wrist_force <- gripper_force,
@@ -36,7 +37,7 @@ from edge_agent.errors import ConfigError
 from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
 from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
-from edge_agent.sensors.filters import spike_filters, step_delay_s
+from edge_agent.sensors.filters import spike_filters, step_delay_s, stuck_gates
 from edge_agent.sensors.readings import (
     ChannelCounts,
     ChannelStatus,
@@ -53,17 +54,10 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 StaleListener = Callable[[tuple[str, ...], float], None]
 
-STATUS_FIELDS: Mapping[str, Callable[[Status], tuple[float, ...]]] = MappingProxyType({
-    "joint_encoders": lambda s: s.q,
-    "joint_currents": lambda s: s.current,
-    "gripper_position": lambda s: (s.gripper_pos,),
-    "wrist_force": lambda s: (s.gripper_force,),
-    "estop_input": lambda s: (1.0 if s.estop_input else 0.0,),
-})
-# The fast STATUS path: each STATUS_FIELDS entry's position in the tuple `update` extracts.
-_FIELD_SLOT = {"joint_encoders": 0, "joint_currents": 1, "gripper_position": 2,
-               "wrist_force": 3, "estop_input": 4}
-assert _FIELD_SLOT.keys() == STATUS_FIELDS.keys()
+# the channels a STATUS frame carries (module docstring), each its slot in `_status`'s fields
+STATUS_FIELDS: Mapping[str, int] = MappingProxyType({
+    "joint_encoders": 0, "joint_currents": 1, "gripper_position": 2, "wrist_force": 3,
+    "estop_input": 4})
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 _NEW_TUPLE = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (same tuple)
 _MEASURED = Source.MEASURED
@@ -85,10 +79,11 @@ class _Spec(NamedTuple):
     """One channel's per-sample work, resolved once (rebuilt on calibration / estimators)."""
 
     channel_index: int
-    slot: int  # _FIELD_SLOT of a status channel; -1 otherwise
+    slot: int  # STATUS_FIELDS of a status channel; -1 otherwise
     name: str
     dim: int
     spike: Callable[[Sequence[float]], bool] | None  # SpikeFilter.accept
+    stuck: Callable[[tuple[float, ...], float], bool] | None  # StuckGate.stuck
     offset: tuple[float, ...] | None
     est: ChannelEstimator | None
     latency_s: float
@@ -106,14 +101,11 @@ class SensorHub:
         self._n_joints = robot.n_joints
         self._index = {c.name: i for i, c in enumerate(robot.sensors)}
         self._frame_index = tuple(self._index[c.name] for c in robot.frame_sensors)
-        self._status_channels: list[int] = []
-        for i, c in enumerate(robot.sensors):
-            if c.source != "status":
-                continue
-            if c.name not in STATUS_FIELDS:
+        self._status_channels = [i for i, c in enumerate(robot.sensors) if c.source == "status"]
+        for c in robot.sensors:
+            if c.source == "status" and c.name not in STATUS_FIELDS:
                 raise ConfigError("sensors", c.name, "a STATUS frame carries no such channel "
                                   f"(known: {', '.join(STATUS_FIELDS)})", src)
-            self._status_channels.append(i)
         for name in ("joint_encoders", "joint_currents"):
             if name in self._index and robot.sensor(name).dim != robot.n_joints:
                 raise ConfigError("sensors", name, f"dim must equal the {robot.n_joints} joints",
@@ -124,6 +116,7 @@ class SensorHub:
         # that plus the time its spike filter holds back a genuine step (filters.step_delay_s)
         self.stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
         self._spike = spike_filters(robot, spike_filtered, spike_k, spike_window)
+        self._stuck_gates = stuck_gates(robot)
         self.loss_s = tuple(s + step_delay_s(f, c.rate_hz) for s, f, c in
                             zip(self.stale_s, self._spike, robot.sensors, strict=True))
         self._min_est_dt = 1.0 / estimator_rate_hz
@@ -132,20 +125,18 @@ class SensorHub:
         self._bank: EstimatorBank | None = None
         if estimators:  # plain Python (see kalman.py): cheap enough for the start-up path
             from edge_agent.sensors.kalman import EstimatorBank
-
             self._bank = EstimatorBank.create(robot)
-        # Writer-side working copies; published as tuples.
         self._readings: list[Reading | None] = [None] * len(robot.sensors)
         self._estimates: list[EstimatorState | None] = [None] * len(robot.sensors)
         self._counters = dict.fromkeys(("status_frames", "sensor_frames", "estop_edges",
-                                        "invalid_samples", "spikes_rejected",
+                                        "invalid_samples", "spikes_rejected", "stuck_samples",
                                         "unknown_channel", "ignored_frames"), 0)
         # Per channel (only the rare paths count on the 1 kHz STATUS path: a status channel
         # receives one sample per STATUS frame): samples outside STATUS, spikes dropped,
-        # invalid samples, and of those the non-finite ones.
+        # stuck samples refused, invalid samples, and of those the non-finite ones.
         n = len(robot.sensors)
-        self._received, self._spiked = [0] * n, [0] * n
-        self._invalid, self._nonfinite = [0] * n, [0] * n
+        self._received, self._spiked, self._stuck, self._invalid, self._nonfinite = (
+            [0] * n, [0] * n, [0] * n, [0] * n, [0] * n)
         self._is_status = tuple(c.source == "status" for c in robot.sensors)
         self._enc = self._index.get("joint_encoders")
         self._stale_listeners: tuple[StaleListener, ...] = ()
@@ -163,8 +154,9 @@ class SensorHub:
         __init__): what `_sample` and the STATUS path look up per sample."""
         bank = self._bank
         self._specs = tuple(
-            _Spec(i, _FIELD_SLOT.get(c.name, -1) if c.source == "status" else -1, c.name, c.dim,
-                  s.accept if (s := self._spike[i]) is not None else None, self._offsets[i],
+            _Spec(i, STATUS_FIELDS.get(c.name, -1) if c.source == "status" else -1, c.name, c.dim,
+                  s.accept if (s := self._spike[i]) is not None else None,
+                  g.stuck if (g := self._stuck_gates[i]) is not None else None, self._offsets[i],
                   bank.get(c.name) if bank is not None else None, c.latency_s)
             for i, c in enumerate(self._channels))
         self._status_specs = tuple(self._specs[i] for i in self._status_channels)
@@ -217,15 +209,19 @@ class SensorHub:
         fields = (msg.q, msg.current, (msg.gripper_pos,), (msg.gripper_force,),
                   (1.0 if int(msg.flags) & _ESTOP_BIT else 0.0,))
         readings = self._readings
-        invalid = spikes = 0
+        invalid = spikes = stuck_n = 0
         estimated = False
-        for i, slot, name, dim, spike, offset, est, latency_s in self._status_specs:
+        for i, slot, name, dim, spike, stuck, offset, est, latency_s in self._status_specs:
             value = fields[slot]
             # sum() is finite only if every value is; an overflowing sum decides per value.
             if len(value) != dim or not (_isfinite(sum(value)) or all_finite(value)):
                 invalid += 1
                 self._invalid[i] += 1
                 self._nonfinite[i] += len(value) == dim
+                continue
+            if stuck is not None and stuck(value, t_fw):
+                stuck_n += 1
+                self._stuck[i] += 1
                 continue
             if spike is not None and not spike(value):
                 spikes += 1
@@ -245,6 +241,8 @@ class SensorHub:
             self._counters["invalid_samples"] += invalid
         if spikes:
             self._counters["spikes_rejected"] += spikes
+        if stuck_n:
+            self._counters["stuck_samples"] += stuck_n
         if estimated:
             self._estimates_t = tuple(self._estimates)
 
@@ -252,12 +250,16 @@ class SensorHub:
                 valid: bool) -> None:
         """Validate, filter, calibrate and store one sample of channel i (and feed its
         estimator, at most estimator_rate_hz)."""
-        _, _, name, dim, spike, offset, est, latency_s = self._specs[i]
+        _, _, name, dim, spike, stuck, offset, est, latency_s = self._specs[i]
         self._received[i] += 1
         if not valid or len(value) != dim or not all_finite(value):
             self._counters["invalid_samples"] += 1
             self._invalid[i] += 1
             self._nonfinite[i] += len(value) == dim and not all_finite(value)
+            return
+        if stuck is not None and stuck(tuple(value), t_fw):
+            self._counters["stuck_samples"] += 1
+            self._stuck[i] += 1
             return
         if spike is not None and not spike(value):
             self._counters["spikes_rejected"] += 1
@@ -299,11 +301,13 @@ class SensorHub:
         return dict(self._counters)
 
     def channel_counts(self, name: str) -> ChannelCounts:
-        """Samples of one channel received, dropped as spikes, invalid, non-finite (so far)."""
+        """Samples of one channel received, dropped as spikes, invalid, non-finite, refused as
+        stuck (so far)."""
         i = self._index[name]
         received = self._received[i] + (self._counters["status_frames"]
                                         if self._is_status[i] else 0)
-        return ChannelCounts(received, self._spiked[i], self._invalid[i], self._nonfinite[i])
+        return ChannelCounts(received, self._spiked[i], self._invalid[i], self._nonfinite[i],
+                             self._stuck[i])
 
     @property
     def channels(self) -> tuple[SensorChannel, ...]:
@@ -320,14 +324,10 @@ class SensorHub:
         """The picture at `now` (host time); `tell`: the stale listeners hear of it (only the
         control thread tells; a reader elsewhere — the health monitor — passes False).
 
-        `past_bound` (the control view: hold) counts host time since the last sample arrived.
-        `lost` (a protective stop) counts firmware time: how far the firmware's clock, as the
-        latest STATUS tells it, is past the channel's last valid sample (or the first STATUS,
-        for a channel never valid) — so the firmware kept reporting and this channel was not
-        in it. A host that stalled, or a link that went silent (a link fault of its own), has
-        lost no channel. A `stop` channel is lost after `stale_periods` of its periods (plus
-        its latency), a predicted one after `predict_max_s` or once its estimator's std
-        exceeds `predict_max_std`. Only stale channels are looked at (a healthy one is cheap).
+        `past_bound` (the control view: hold) counts host time since the last sample arrived;
+        `lost` (a protective stop) counts firmware time (`_lost`, docs/PROTOCOL.md "Sensor
+        loss"): a stalled host or a silent link has lost no channel. Only stale channels are
+        looked at (a healthy one is cheap).
         """
         with self._lock:
             st = self._state
@@ -383,7 +383,7 @@ class SensorHub:
 
     def _lost(self, i: int, ch: SensorChannel, r: Reading | None, est: EstimatorState | None,
               fw_now: float, host_age: float) -> bool:
-        """Whether stale channel i is lost past its bound (see `snapshot`)."""
+        """Whether stale channel i is lost in firmware time (docs/PROTOCOL.md "Sensor loss")."""
         since = r.t_fw if r is not None else self._first_fw
         if since is None:
             return False

@@ -172,3 +172,4 @@ class ChannelCounts(NamedTuple):
     spikes_rejected: int
     invalid: int
     nonfinite: int
+    stuck: int = 0  # refused: the same value bit for bit `stuck_samples` times in a row
