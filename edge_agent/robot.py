@@ -17,7 +17,6 @@ from edge_agent.errors import ConfigError
 from edge_agent.toml_table import TableReader as _Reader
 
 ROBOT_SCHEMA_VERSION = 1
-STUCK_SAMPLES = 5  # a noisy channel's default `stuck_samples` (5 ms of a 1 kHz encoder)
 MAX_JOINTS = 16  # docs/PROTOCOL.md: LIMIT_CLAMPED / OVERCURRENT details are u16 joint bit masks
 OnLoss = Literal["predict", "stop"]
 SensorSource = Literal["status", "sensor"]
@@ -90,8 +89,8 @@ class SensorChannel:
     spike_max_ratio: float = 0.2
     # `stuck_samples`: this many samples in a row the same bit for bit is a stuck sensor (a
     # channel with noise never repeats itself); the hub refuses them until the value moves, so
-    # the channel is lost as in a dropout. Default STUCK_SAMPLES for a channel with noise, 0
-    # (off) for a noise-free one, which repeats itself at rest.
+    # the channel is lost as in a dropout. 0 (the default): off — a real sensor may repeat
+    # itself (a quantized encoder at rest, a current of exactly 0 A with the drives off).
     stuck_samples: int = 0
 
 
@@ -205,7 +204,7 @@ def _spike_filter(r: _Reader) -> dict[str, Any]:
 
 def _stuck_samples(r: _Reader) -> int:
     noisy = r.num("noise_std", lo=0.0) > 0
-    n = r.integer("stuck_samples", STUCK_SAMPLES if noisy else 0, lo=0, hi=100_000)
+    n = r.integer("stuck_samples", 0, lo=0, hi=100_000)
     if n == 1:
         raise r.fail("stuck_samples", n, "must be 0 (off) or >= 2: one sample is never stuck")
     if n and not noisy:

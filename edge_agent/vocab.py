@@ -181,4 +181,5 @@ class DegradationMode(StrEnum):
     CACHED_POLICY = "cached_policy"  # the current model unusable: the last-known-good decides
     RULE_POLICY = "rule_policy"  # no model usable: the rule-based expert decides
     SENSOR_PREDICTED = "sensor_predicted"  # a channel lost: Kalman-predicted inside its bound
+    SENSOR_FILTERED = "sensor_filtered"  # a spike storm on a channel: its running median is used
     BROKER_LOST = "broker_lost"  # MQTT down: commands only over the local socket, outbound buffered

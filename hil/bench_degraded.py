@@ -29,6 +29,7 @@ import datetime as dt
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -75,7 +76,9 @@ FAULTS: dict[str, Fault] = {f.name: f for f in (
     # not degradable: the repeats are refused, the encoders lost past their 10 ms bound
     Fault("stuck_encoder", "sensor:joint_encoders", "stuck", 0.5,
           expect=("sensor_predicted", "joint_encoders"), stop="sensor_bound"),
-    Fault("spikes", "sensor:wrist_force", "spikes", 2.0, severity=1.0),
+    # ±outliers in --spike-probability of the samples (the shipped rig's 0.05 is no storm)
+    Fault("spikes", "sensor:wrist_force", "spikes", 2.0, severity=1.0,
+          expect=("sensor_filtered", "wrist_force")),
     Fault("gpu", "gpu", "fail", 3.0, expect=("cpu_inference", "")),
     Fault("triton", "triton", "down", 3.0, expect=("remote_policy_lost", "")),
     Fault("broker", "broker", "stop", 3.0, expect=("broker_lost", "")),
@@ -305,6 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton", action="store_true",
                     help="serve the trained policy from a real pytriton server (tests/"
                          "triton_server.py) that the daemon tries first: the triton fault runs")
+    ap.add_argument("--spike-probability", type=float, default=0.5,
+                    help="the rig's chance per sample of an outlier under the spikes fault "
+                         "(configs/rig/default.toml: 0.05, under any max_ratio)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable)")
     args = ap.parse_args(argv)
@@ -318,6 +324,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs; health.period_s={args.period_s}")
     broker: Mosquitto | None = None
     sets = [f"health.period_s={args.period_s}", f"device.id={MQTT_USER}", *args.set]
+    if "spikes" in args.faults.split(","):
+        rig = (ROOT / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
+        storm, n = re.subn(r"(?m)^spike_probability = [0-9.]+",
+                           f"spike_probability = {args.spike_probability}", rig)
+        if n != 1:
+            raise SystemExit("configs/rig/default.toml: no spike_probability line to change")
+        (tmp / "rig-storm.toml").write_text(storm, encoding="utf-8")
+        sets.append(f'sim.rig_config="{tmp / "rig-storm.toml"}"')
     if args.mqtt_port == 0:
         with contextlib.suppress(FileNotFoundError, OSError):
             broker = Mosquitto(tmp / "mosquitto", {MQTT_USER: MQTT_PASSWORD})

@@ -30,7 +30,7 @@ def test_the_checker_rejects_an_invalid_document(tmp_path: Path) -> None:
     doc = (REPO / "docs" / "asyncapi.yaml").read_text(encoding="utf-8")
     bad = tmp_path / "bad.yaml"
     modes = ("      enum: [cpu_inference, remote_policy_lost, cached_policy, rule_policy, "
-             "sensor_predicted,\n             broker_lost]\n")
+             "sensor_predicted,\n             sensor_filtered, broker_lost]\n")
     assert modes in doc
     bad.write_text(doc.replace(modes, "      enum: []\n", 1), encoding="utf-8")
     assert bad.read_text(encoding="utf-8") != doc

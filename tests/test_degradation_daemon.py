@@ -2,9 +2,9 @@
 `health.period_s` short), injected with `failure.inject`: the right mode or, for a fault with
 no mode, the probe's level — sensor dropouts and link corruption through the fast path (the
 stale watch, the link_fault event: at once, not after probe periods), a stuck encoder (its
-repeats refused: a lost channel, then the sensor_bound stop) and a spike storm at a quality
-probe's run — the `degraded` event and `state.degraded`; the fault removed → `recovered` and
-the level back. Broker loss is tests/test_health_daemon.py's."""
+repeats refused: a lost channel, then the sensor_bound stop), a spike storm (`sensor_filtered`,
+from the spikes probe's ratio) — the `degraded` event and `state.degraded`; the fault removed →
+`recovered` and the level back. Broker loss is tests/test_health_daemon.py's."""
 
 from __future__ import annotations
 
@@ -153,29 +153,6 @@ def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
         d.stop()
 
 
-def _quality_fault(d: DaemonProc, channel: str, mode: str, words: str) -> dict[str, Any]:
-    """Inject `mode` on `channel` until cleared: its quality probe in error (it holds no mode);
-    cleared: ok again. Returns the probe in error. (Not asserted: within 3 probe periods — the
-    ratio is judged over whole periods, and the VM's stalls shift samples between them.)"""
-    probe = f"sensor:{channel}:quality"
-    t_inject = time.time()
-    _inject(d, target=f"sensor:{channel}", mode=mode)
-    wait_until(lambda: _probe(d, probe).get("level") == "error", 30, f"{probe} in error")
-    bad = _probe(d, probe)
-    assert words in bad["message"], bad
-    assert bad["mode"] is None, bad
-    # the quality probe holds no mode; a channel whose samples are refused may go stale in
-    # between and be predicted (spikes): then only as sensor_predicted for that channel. (The
-    # camera's own gaps, fault or not, are sensor_predicted/object_pose: not this fault's.)
-    modes = {(e["mode"], e["subject"]) for e in _events(d, "degraded")
-             if _log_time(e) >= t_inject} - {("sensor_predicted", "object_pose")}
-    assert modes <= {("sensor_predicted", channel)}, _events(d, "degraded")
-    r = d.rig({"cmd": "clear", "target": f"sensor:{channel}"})
-    assert r["ok"], r
-    wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
-    return bad
-
-
 def test_a_stuck_encoder_is_a_lost_channel_sensor_predicted_then_the_sensor_bound_stop(
         tmp_path: Path, broker: Mosquitto) -> None:
     """The encoders report the same q bit for bit (the rig's `stuck`): the hub refuses the
@@ -207,10 +184,12 @@ def test_a_stuck_encoder_is_a_lost_channel_sensor_predicted_then_the_sensor_boun
         d.stop()
 
 
-def test_a_spike_storm_sets_its_quality_probe_to_error_and_back(
-        tmp_path: Path, broker: Mosquitto) -> None:
-    """Half the wrist-force samples an outlier (a rig with spike_probability 0.5; the shipped
-    0.05 stays under the description's max_ratio 0.2): the spike ratio over the period."""
+def test_a_spike_storm_is_sensor_filtered_then_recovered(tmp_path: Path,
+                                                          broker: Mosquitto) -> None:
+    """Half the wrist-force samples a ±outlier (a rig with spike_probability 0.5; the shipped
+    0.05 stays under the description's max_ratio 0.2): the `sensor:wrist_force:spikes` probe
+    fails on the spike ratio, `sensor_filtered/wrist_force` is entered (event, published
+    `state.degraded`: the hub reports its median meanwhile) and left once the storm is over."""
     rig = (REPO / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
     assert "spike_probability = 0.05" in rig
     storm = tmp_path / "rig-spikes.toml"
@@ -219,7 +198,21 @@ def test_a_spike_storm_sets_its_quality_probe_to_error_and_back(
     d = _sensor_daemon(tmp_path, broker, f'sim.rig_config="{storm}"',
                        period_s=QUALITY_PERIOD_S)
     try:
-        bad = _quality_fault(d, "wrist_force", "spikes", "dropped as spikes")
-        assert bad["figures"]["spike_ratio"] > 0.2, bad
+        probe = "sensor:wrist_force:spikes"
+        t_inject = time.time()
+        _inject(d, target="sensor:wrist_force", mode="spikes")
+        wait_until(lambda: bool(_since(d, "degraded", "sensor_filtered", "wrist_force",
+                                       t_inject)), 30, "sensor_filtered/wrist_force")
+        deg = _since(d, "degraded", "sensor_filtered", "wrist_force", t_inject)[0]
+        assert deg["probe"] == probe and "dropped as spikes" in deg["cause"], deg
+        assert deg["figures"]["spike_ratio"] > 0.2, deg
+        assert "sensor_filtered" in _status(d)["degraded"]
+        r = d.rig({"cmd": "clear", "target": "sensor:wrist_force"})
+        assert r["ok"], r
+        wait_until(lambda: bool(_since(d, "recovered", "sensor_filtered", "wrist_force",
+                                       t_inject)), 30, "sensor_filtered/wrist_force left")
+        wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
+        st = _status(d)
+        assert "sensor_filtered" not in st["degraded"] and st.get("stop") is None, st
     finally:
         d.stop()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from edge_agent.errors import ConfigError
-from edge_agent.robot import MAX_JOINTS, STUCK_SAMPLES, load_robot, parse_robot
+from edge_agent.robot import MAX_JOINTS, load_robot, parse_robot
 
 ROBOT = Path(__file__).resolve().parents[1] / "configs" / "robot" / "edge-arm-4.toml"
 BASE: dict[str, Any] = tomllib.loads(ROBOT.read_text(encoding="utf-8"))
@@ -71,17 +71,18 @@ def test_sensor_ranges_and_spike_filters_are_read() -> None:
     assert (enc.spike_window, enc.spike_k, enc.spike_max_ratio) == (9, 5.0, 0.2)
 
 
-def test_stuck_samples_default_on_for_noisy_channels_and_can_be_set() -> None:
-    robot = load_robot(ROBOT)
+def test_stuck_samples_is_opt_in_per_channel() -> None:
+    robot = load_robot(ROBOT)  # the simulated sensors all carry noise: every one but the e-stop
     assert {c.name: c.stuck_samples for c in robot.sensors} == {
-        "joint_encoders": STUCK_SAMPLES, "joint_currents": STUCK_SAMPLES,
-        "gripper_position": STUCK_SAMPLES, "wrist_force": STUCK_SAMPLES,
-        "object_pose": STUCK_SAMPLES, "estop_input": 0}  # noise-free: off
+        "joint_encoders": 5, "joint_currents": 5, "gripper_position": 5, "wrist_force": 5,
+        "object_pose": 5, "estop_input": 0}
     data = copy.deepcopy(BASE)
-    data["sensors"][0]["stuck_samples"] = 0  # a quantized encoder repeats itself at rest
+    for ch in data["sensors"]:
+        ch.pop("stuck_samples", None)
     data["sensors"][1]["stuck_samples"] = 50
     robot = parse_robot(data)
-    assert robot.sensors[0].stuck_samples == 0 and robot.sensors[1].stuck_samples == 50
+    assert robot.sensors[0].stuck_samples == 0  # off unless asked: a real sensor may repeat
+    assert robot.sensors[1].stuck_samples == 50
 
 
 def test_shipped_description_loads() -> None:

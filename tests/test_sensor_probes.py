@@ -77,7 +77,9 @@ class Rig:
 
 def test_two_probes_per_channel_with_the_right_modes() -> None:
     probes = make_sensor_probes(SensorHub(ROBOT), ROBOT)
-    assert len(probes) == 2 * len(ROBOT.sensors)
+    filtered = [c for c in ROBOT.sensors if c.spike_window]
+    assert [c.name for c in filtered] == ["wrist_force", "object_pose"]
+    assert len(probes) == 2 * len(ROBOT.sensors) + len(filtered)
     by = {p.name: p for p in probes}
     for ch in ROBOT.sensors:
         fresh: Probe = by[f"sensor:{ch.name}"]
@@ -87,6 +89,10 @@ def test_two_probes_per_channel_with_the_right_modes() -> None:
         else:
             assert fresh.mode is None and fresh.subject == ""
         assert quality.mode is None and fresh.period_s is None and quality.period_s is None
+        spikes = by.get(f"sensor:{ch.name}:spikes")
+        assert (spikes is not None) == bool(ch.spike_window)
+        if spikes is not None:
+            assert spikes.mode is DegradationMode.SENSOR_FILTERED and spikes.subject == ch.name
 
 
 def test_a_healthy_stream_is_ok_everywhere() -> None:
@@ -99,7 +105,7 @@ def test_a_healthy_stream_is_ok_everywhere() -> None:
     assert all(r.level is Level.OK for r in results.values()), {
         n: r for n, r in results.items() if r.level is not Level.OK}
     assert rig.failures == []
-    assert results["sensor:wrist_force:quality"].figures["spike_ratio"] == 0.0
+    assert results["sensor:wrist_force:spikes"].figures["spike_ratio"] == 0.0
 
 
 def test_camera_dropout_is_predicted_within_its_bound_then_past_it() -> None:
@@ -171,7 +177,7 @@ def test_a_stuck_encoder_is_refused_lost_and_reported_and_back_once_it_moves() -
     rig.run(0.2)
     rig.check("sensor:joint_encoders:quality")
     enc = ROBOT.sensor("joint_encoders")
-    assert enc.stuck_samples == 5  # the default for a channel with noise
+    assert enc.stuck_samples == 5  # configs/robot/edge-arm-4.toml
     frozen = (0.1, 1.2, -1.9, -0.87)
     rig.run(0.3, q=frozen, dq=(0.0,) * 4)  # the rig's `stuck`: q held, dq zero
     counts = rig.hub.channel_counts("joint_encoders")
@@ -200,17 +206,54 @@ def test_a_repeated_frame_and_a_noise_free_channel_are_not_stuck() -> None:
     assert rig.hub.channel_counts("estop_input").stuck == 0
 
 
-def test_a_spike_storm_is_reported_from_the_spike_ratio() -> None:
+def _storm(rig: Rig, n: int, every: int = 0, p: float = 0.0) -> list[float]:
+    """n samples of wrist force (3 N and its noise), every `every`-th one a +40 N outlier or,
+    with `p`, each one with that chance -40 or +40 N (the rig's `spikes`); returns the force
+    the hub reported after each."""
+    seen = []
+    rng = rig.rng
+    for i in range(n):
+        spike = (40.0 if every and i % every == 0 else
+                 rng.choice((-40.0, 40.0)) if p and rng.random() < p else 0.0)
+        rig.run(0.001, gripper_force=3.0 + rng.gauss(0, 0.05) + spike)
+        r = rig.hub.snapshot(rig.t, tell=False).channel("wrist_force").reading
+        assert r is not None
+        seen.append(r.value[0])
+    return seen
+
+
+def test_a_spike_storm_fails_the_spikes_probe_from_the_spike_ratio() -> None:
     rig = Rig()
     rig.run(0.3)
-    rig.check("sensor:wrist_force:quality")
-    for i in range(300):  # every fourth sample a 40 N outlier: 25 % > max_ratio 20 %
-        rig.run(0.001, gripper_force=3.0 + rig.rng.gauss(0, 0.05) + (40.0 if i % 4 == 0
-                                                                       else 0.0))
-    r = rig.check("sensor:wrist_force:quality")
-    assert r.failed and "dropped as spikes" in r.message
+    rig.check("sensor:wrist_force:spikes")
+    _storm(rig, 300, 4)  # every fourth sample an outlier: 25 % > max_ratio 20 %
+    r = rig.check("sensor:wrist_force:spikes")
+    assert r.failed and "25% of 300 samples dropped as spikes" in r.message, r
     assert r.figures["spike_ratio"] == 0.25 and r.figures["received"] == 300
-    assert rig.check("sensor:wrist_force").level is Level.OK  # still measured: no mode
+    assert rig.check("sensor:wrist_force").level is Level.OK  # still measured: not lost
+    assert rig.check("sensor:wrist_force:quality").level is Level.OK
+    _storm(rig, 300, 1000)  # one outlier in 300
+    assert rig.check("sensor:wrist_force:spikes").level is Level.OK
+
+
+def test_in_sensor_filtered_the_median_stands_in_where_the_hampel_test_lets_a_storm_through(
+        ) -> None:
+    """40 % of the samples ±40 N outliers: the Hampel window's MAD grows with them and lets
+    some through; the median of three windows (sensor_filtered) reports far fewer."""
+    rig = Rig()
+    rig.run(0.3)
+    hampel = _storm(rig, 2000, p=0.4)
+    wrong_hampel = sum(abs(v - 3.0) > 1.0 for v in hampel)
+    assert wrong_hampel > 100, "the Hampel test held this storm back by itself"
+    assert rig.hub.set_median("wrist_force", True)
+    before = rig.hub.channel_counts("wrist_force").spikes_rejected
+    median = _storm(rig, 2000, p=0.4)
+    wrong_median = sum(abs(v - 3.0) > 1.0 for v in median)
+    assert wrong_median * 10 < wrong_hampel, (wrong_median, wrong_hampel)
+    assert rig.hub.channel_counts("wrist_force").spikes_rejected > before  # still counted
+    assert rig.hub.set_median("wrist_force", False)
+    assert not rig.hub.set_median("joint_currents", True)  # no spike filter: nothing to switch
+    assert rig.hub.set_median("nonexistent", True) is False
 
 
 def test_a_value_out_of_range_is_reported() -> None:

@@ -25,7 +25,7 @@ class Transition:
 
     entered: bool
     mode: DegradationMode
-    subject: str  # a sensor channel for sensor_predicted, else ""
+    subject: str  # a sensor channel for sensor_predicted and sensor_filtered, else ""
     probe: str
     cause: str
     figures: Mapping[str, Figure]

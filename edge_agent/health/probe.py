@@ -60,7 +60,7 @@ class ProbeResult:
 class Probe(Protocol):
     """One health check. `mode` is what `health.fail_after` consecutive failures enter (None: the
     probe only reports); `period_s` None means `health.period_s`; `subject` names what is degraded
-    within the mode (a sensor channel for `sensor_predicted`, else "")."""
+    within the mode (a sensor channel for `sensor_predicted`, `sensor_filtered`; else "")."""
 
     @property
     def name(self) -> str: ...

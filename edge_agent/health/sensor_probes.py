@@ -1,8 +1,9 @@
 """Sensor health probes: per channel of the robot description, its freshness and its quality.
 
 Built on `SensorHub`: `snapshot(now)` (per channel freshness, age, prediction, bound) and
-`channel_counts(name)` (samples received, dropped as spikes, invalid, non-finite). A check reads
-them and compares with the previous check: no I/O, no heavy work, one snapshot per round.
+`channel_counts(name)` (samples received, dropped as spikes, invalid, non-finite, stuck). A
+check reads them and compares with the previous check: no I/O, no heavy work, one snapshot per
+round.
 
 - `sensor:<channel>`: fresh, or not. For an `on_loss = "predict"` channel the mode is
   `sensor_predicted` with the channel as subject — the hub's Kalman estimator stands in for it,
@@ -13,9 +14,13 @@ them and compares with the previous check: no I/O, no heavy work, one snapshot p
   already refused by the hub, and a refused channel is `sensor:<channel>`'s loss): NaN/inf
   samples, a value outside the description's `range`, stuck (samples the hub refused as stuck —
   `stuck_samples` in a row the same bit for bit; on a channel without that check, a noise-free
-  one, the value unchanged over a whole probe period while `moving()` says the joints move), and
-  the spike ratio (dropped / received over the period) above the channel's
-  `spike_filter.max_ratio`.
+  one, the value unchanged over a whole probe period while `moving()` says the joints move).
+- `sensor:<channel>:spikes` (a channel with a `spike_filter`) → `sensor_filtered` with the channel
+  as subject: the spike ratio (dropped / received over the period) above the channel's
+  `spike_filter.max_ratio`. A storm that dense outgrows the Hampel test (its MAD grows with the
+  outliers and lets them through), so while the mode holds the hub reports the median of the
+  filter's window for every sample (`SensorHub.set_median`, switched by health/wiring.py); the
+  filter still counts the outliers, so the ratio tells when the storm is over.
 
 Fast paths: `watch_stale(hub, fail_now)` registers a hub stale listener — a channel that had
 samples and goes stale (in the firmware's time too) is seen inside the control thread's next
@@ -133,11 +138,10 @@ class SensorQualityProbe(_ChannelProbe):
         prev = self._prev or ChannelCounts(0, 0, 0, 0)
         self._prev = counts
         received = counts.received - prev.received
-        spikes = counts.spikes_rejected - prev.spikes_rejected
         nonfinite = counts.nonfinite - prev.nonfinite
         stuck = counts.stuck - prev.stuck
         figs: dict[str, Figure] = {"channel": ch.name, "received": received,
-                                   "spikes_rejected": spikes, "nonfinite": nonfinite,
+                                   "nonfinite": nonfinite,
                                    "invalid": counts.invalid - prev.invalid, "stuck": stuck}
         problems: list[str] = []
         if nonfinite:
@@ -145,12 +149,6 @@ class SensorQualityProbe(_ChannelProbe):
         if stuck:
             problems.append(f"stuck: {stuck} samples refused, each the same bit for bit as the "
                             f"{ch.stuck_samples - 1} before it (the channel counts as lost)")
-        if ch.spike_window and received >= MIN_SAMPLES_FOR_RATIO:
-            ratio = spikes / received
-            figs["spike_ratio"] = round(ratio, 4)
-            if ratio > ch.spike_max_ratio:
-                problems.append(f"{ratio:.0%} of samples dropped as spikes (max "
-                                f"{ch.spike_max_ratio:.0%})")
         r = c.reading
         value = r.value if r is not None and r.source is Source.MEASURED else None
         if value is not None and ch.value_range is not None:
@@ -167,16 +165,48 @@ class SensorQualityProbe(_ChannelProbe):
         return ProbeResult.ok("plausible", **figs)
 
 
+class SpikeStormProbe(_ChannelProbe):
+    """`sensor:<channel>:spikes`: see the module docstring."""
+
+    def __init__(self, hub: SensorHub, channel: SensorChannel, snapshots: _Snapshots) -> None:
+        super().__init__(f"sensor:{channel.name}:spikes", channel,
+                         DegradationMode.SENSOR_FILTERED, snapshots)
+        self._hub = hub
+        self._prev: ChannelCounts | None = None
+
+    def _check(self, now: float) -> ProbeResult:
+        ch = self._ch
+        counts = self._hub.channel_counts(ch.name)
+        prev = self._prev or ChannelCounts(0, 0, 0, 0)
+        self._prev = counts
+        received = counts.received - prev.received
+        spikes = counts.spikes_rejected - prev.spikes_rejected
+        figs: dict[str, Figure] = {"channel": ch.name, "received": received,
+                                   "spikes_rejected": spikes, "max_ratio": ch.spike_max_ratio}
+        if received < MIN_SAMPLES_FOR_RATIO:
+            return ProbeResult.ok(f"{received} samples this period: too few to judge", **figs)
+        ratio = spikes / received
+        figs["spike_ratio"] = round(ratio, 4)
+        if ratio > ch.spike_max_ratio:
+            return ProbeResult.error(
+                f"{ratio:.0%} of {received} samples dropped as spikes (max "
+                f"{ch.spike_max_ratio:.0%}): a spike storm; the median of the last "
+                f"{ch.spike_window} samples stands in", **figs)
+        return ProbeResult.ok(f"{ratio:.0%} of samples dropped as spikes", **figs)
+
+
 def make_sensor_probes(hub: SensorHub, robot: RobotDescription, cfg: Any = None, *,
                        moving: Callable[[], bool] | None = None) -> list[Probe]:
-    """Two probes per channel of `robot` (see the module docstring); `cfg` (the Config) is
-    accepted for the monitor's uniform call and not needed: each channel's bounds are in the
-    description."""
+    """Two probes per channel of `robot`, three with a spike filter (the module docstring);
+    `cfg` (the Config) is accepted for the monitor's uniform call and not needed: each
+    channel's bounds are in the description."""
     snaps = _Snapshots(hub)
     probes: list[Probe] = []
     for ch, stale_s in zip(robot.sensors, hub.loss_s, strict=True):
         probes.append(SensorFreshnessProbe(ch, snaps, stale_s))
         probes.append(SensorQualityProbe(hub, ch, snaps, moving))
+        if ch.spike_window:
+            probes.append(SpikeStormProbe(hub, ch, snaps))
     return probes
 
 

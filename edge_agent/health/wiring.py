@@ -2,7 +2,8 @@
 
 `build_health(cfg, sources)` registers the probes (the daemon's own, health/probes.py; the
 per-channel sensor probes; the inference probes once the policy stack exists:
-`attach_inference_probes`) and turns each mode transition into:
+`attach_inference_probes`) and turns each mode transition into (after switching the hub's
+channel to its median for `sensor_filtered`):
 - an event `{"type": degraded | recovered, "mode", "subject", "probe", "cause", "figures"}`,
 - a changed `state` (`state.degraded` reads `HealthMonitor.degraded()`),
 - a repair report (`ModeRecord` → the daemon's reports outbox) whose recovery is the rule in
@@ -43,6 +44,7 @@ CAPABILITIES: Mapping[DegradationMode, tuple[str, ...]] = {
     DegradationMode.CACHED_POLICY: ("the current policy model",),
     DegradationMode.RULE_POLICY: ("every policy model",),
     DegradationMode.SENSOR_PREDICTED: ("a sensor channel's measurements",),
+    DegradationMode.SENSOR_FILTERED: ("a sensor channel's raw samples (a spike storm)",),
 }
 FALLBACK: Mapping[DegradationMode, str] = {
     DegradationMode.BROKER_LOST: ("commands over the local control socket; events and state "
@@ -53,6 +55,9 @@ FALLBACK: Mapping[DegradationMode, str] = {
     DegradationMode.CACHED_POLICY: "the verified last-known-good model",
     DegradationMode.RULE_POLICY: "the rule-based expert",
     DegradationMode.SENSOR_PREDICTED: "Kalman-predicted values inside the channel's bound",
+    DegradationMode.SENSOR_FILTERED: ("the median of the channel's last spike-filter window of "
+                                      "samples, for every sample (a wiring or EMI fault is "
+                                      "likely: check the sensor's cable and shield)"),
 }
 
 
@@ -142,6 +147,8 @@ def build_health(cfg: Config, src: HealthSources) -> HealthMonitor:
 def _router(src: HealthSources, recover_after: int
             ) -> Callable[[Transition, HealthMonitor], None]:
     def on_transition(t: Transition, monitor: HealthMonitor) -> None:
+        if t.mode is DegradationMode.SENSOR_FILTERED and src.sensor_hub is not None:
+            src.sensor_hub.set_median(t.subject, t.entered)  # the mode's fallback, then the news
         src.publish({"type": EventType.DEGRADED if t.entered else EventType.RECOVERED,
                      "mode": t.mode, "subject": t.subject, "probe": t.probe, "cause": t.cause,
                      "figures": dict(t.figures)})

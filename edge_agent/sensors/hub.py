@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
-from edge_agent.errors import ConfigError
 from edge_agent.link.codec import EstopEdge, Sensor, Status, StatusFlag
 from edge_agent.log import get_logger
 from edge_agent.robot import RobotDescription, SensorChannel
@@ -47,17 +46,19 @@ from edge_agent.sensors.readings import (
     Source,
     all_finite,
 )
+from edge_agent.sensors.specs import (
+    ChannelSpec,
+    build_specs,
+    calibration_offsets,
+    status_channels,
+)
 
 if TYPE_CHECKING:
-    from edge_agent.sensors.kalman import ChannelEstimator, EstimatorBank, EstimatorState
+    from edge_agent.sensors.kalman import EstimatorBank, EstimatorState
 
 log = get_logger(__name__)
 StaleListener = Callable[[tuple[str, ...], float], None]
 
-# the channels a STATUS frame carries (module docstring), each its slot in `_status`'s fields
-STATUS_FIELDS: Mapping[str, int] = MappingProxyType({
-    "joint_encoders": 0, "joint_currents": 1, "gripper_position": 2, "wrist_force": 3,
-    "estop_input": 4})
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 _NEW_TUPLE = tuple.__new__  # builds a NamedTuple without its Python-level __new__ (same tuple)
 _MEASURED = Source.MEASURED
@@ -75,20 +76,6 @@ class _State(NamedTuple):
     gripper_current: float | None
 
 
-class _Spec(NamedTuple):
-    """One channel's per-sample work, resolved once (rebuilt on calibration / estimators)."""
-
-    channel_index: int
-    slot: int  # STATUS_FIELDS of a status channel; -1 otherwise
-    name: str
-    dim: int
-    spike: Callable[[Sequence[float]], bool] | None  # SpikeFilter.accept
-    stuck: Callable[[tuple[float, ...], float], bool] | None  # StuckGate.stuck
-    offset: tuple[float, ...] | None
-    est: ChannelEstimator | None
-    latency_s: float
-
-
 class SensorHub:
     """Latest readings per channel, published as immutable snapshots."""
 
@@ -96,20 +83,11 @@ class SensorHub:
                  spike_filtered: Iterable[str] | None = None, spike_k: float = 5.0,
                  spike_window: int = 7, estimator_rate_hz: float = 100.0,
                  estimators: bool = True) -> None:
-        src = robot.source or None
         self._channels = robot.sensors
         self._n_joints = robot.n_joints
         self._index = {c.name: i for i, c in enumerate(robot.sensors)}
         self._frame_index = tuple(self._index[c.name] for c in robot.frame_sensors)
-        self._status_channels = [i for i, c in enumerate(robot.sensors) if c.source == "status"]
-        for c in robot.sensors:
-            if c.source == "status" and c.name not in STATUS_FIELDS:
-                raise ConfigError("sensors", c.name, "a STATUS frame carries no such channel "
-                                  f"(known: {', '.join(STATUS_FIELDS)})", src)
-        for name in ("joint_encoders", "joint_currents"):
-            if name in self._index and robot.sensor(name).dim != robot.n_joints:
-                raise ConfigError("sensors", name, f"dim must equal the {robot.n_joints} joints",
-                                  src)
+        self._status_channels = status_channels(robot)
         if stale_periods <= 0 or estimator_rate_hz <= 0:
             raise ValueError("stale_periods and estimator_rate_hz must be > 0")
         # per channel: stale after this long without a sample; gone (the stale listeners) past
@@ -117,6 +95,7 @@ class SensorHub:
         self.stale_s = tuple(stale_periods / c.rate_hz for c in robot.sensors)
         self._spike = spike_filters(robot, spike_filtered, spike_k, spike_window)
         self._stuck_gates = stuck_gates(robot)
+        self._median_on: frozenset[str] = frozenset()  # channels in sensor_filtered
         self.loss_s = tuple(s + step_delay_s(f, c.rate_hz) for s, f, c in
                             zip(self.stale_s, self._spike, robot.sensors, strict=True))
         self._min_est_dt = 1.0 / estimator_rate_hz
@@ -145,20 +124,15 @@ class SensorHub:
         self._lock = threading.Lock()
         self._estimates_t: tuple[EstimatorState | None, ...] = tuple(self._estimates)
         self._state = _State(tuple(self._readings), self._estimates_t, None, (), None)
-        self._specs: tuple[_Spec, ...] = ()
-        self._status_specs: tuple[_Spec, ...] = ()
+        self._specs: tuple[ChannelSpec, ...] = ()
+        self._status_specs: tuple[ChannelSpec, ...] = ()
         self._build_specs()
 
     def _build_specs(self) -> None:
-        """Resolve each channel's filter, offset and estimator (under the write lock, or in
-        __init__): what `_sample` and the STATUS path look up per sample."""
-        bank = self._bank
-        self._specs = tuple(
-            _Spec(i, STATUS_FIELDS.get(c.name, -1) if c.source == "status" else -1, c.name, c.dim,
-                  s.accept if (s := self._spike[i]) is not None else None,
-                  g.stuck if (g := self._stuck_gates[i]) is not None else None, self._offsets[i],
-                  bank.get(c.name) if bank is not None else None, c.latency_s)
-            for i, c in enumerate(self._channels))
+        """What `_sample` and the STATUS path look up per sample (under the write lock, or in
+        __init__): sensors/specs.py."""
+        self._specs = build_specs(self._channels, self._spike, self._stuck_gates, self._median_on,
+                                  self._offsets, self._bank)
         self._status_specs = tuple(self._specs[i] for i in self._status_channels)
 
     # ------------------------------------------------------------------ writer side
@@ -211,7 +185,7 @@ class SensorHub:
         readings = self._readings
         invalid = spikes = stuck_n = 0
         estimated = False
-        for i, slot, name, dim, spike, stuck, offset, est, latency_s in self._status_specs:
+        for i, slot, name, dim, spike, stuck, median, offset, est, latency_s in self._status_specs:
             value = fields[slot]
             # sum() is finite only if every value is; an overflowing sum decides per value.
             if len(value) != dim or not (_isfinite(sum(value)) or all_finite(value)):
@@ -226,7 +200,10 @@ class SensorHub:
             if spike is not None and not spike(value):
                 spikes += 1
                 self._spiked[i] += 1
-                continue
+                if median is None:
+                    continue
+            if median is not None:
+                value = median()
             if offset is not None:
                 value = tuple(v - o for v, o in zip(value, offset, strict=True))
             readings[i] = _NEW_TUPLE(Reading, (name, value, t_fw, now, True, _MEASURED))
@@ -250,7 +227,7 @@ class SensorHub:
                 valid: bool) -> None:
         """Validate, filter, calibrate and store one sample of channel i (and feed its
         estimator, at most estimator_rate_hz)."""
-        _, _, name, dim, spike, stuck, offset, est, latency_s = self._specs[i]
+        _, _, name, dim, spike, stuck, median, offset, est, latency_s = self._specs[i]
         self._received[i] += 1
         if not valid or len(value) != dim or not all_finite(value):
             self._counters["invalid_samples"] += 1
@@ -264,7 +241,10 @@ class SensorHub:
         if spike is not None and not spike(value):
             self._counters["spikes_rejected"] += 1
             self._spiked[i] += 1
-            return
+            if median is None:
+                return
+        if median is not None:
+            value = median()
         if offset is not None:
             value = tuple(v - o for v, o in zip(value, offset, strict=True))
         self._readings[i] = Reading(name, value, t_fw, now)
@@ -277,18 +257,22 @@ class SensorHub:
 
     def set_calibration(self, offsets: Mapping[str, Sequence[float]]) -> None:
         """Replace the calibration: each listed channel's offset is subtracted from its samples."""
-        new: list[tuple[float, ...] | None] = [None] * len(self._channels)
-        for name, off in offsets.items():
-            if name not in self._index or name == "estop_input":
-                raise ValueError(f"cannot calibrate channel {name!r}")
-            ch = self._channels[self._index[name]]
-            vals = tuple(float(v) for v in off)
-            if len(vals) != ch.dim or not all_finite(vals):
-                raise ValueError(f"{name}: offset must be {ch.dim} finite values, got {vals}")
-            new[self._index[name]] = vals
+        new = calibration_offsets(self._channels, offsets)
         with self._write_lock:
-            self._offsets = tuple(new)
+            self._offsets = new
             self._build_specs()
+
+    def set_median(self, name: str, on: bool) -> bool:
+        """`sensor_filtered` (the health monitor's mode): while on, channel `name` reports the
+        median of its spike filter's window for every sample, outliers too (still counted);
+        False for a channel without a spike filter."""
+        i = self._index.get(name)
+        if i is None or self._spike[i] is None:
+            return False
+        with self._write_lock:
+            self._median_on = self._median_on | {name} if on else self._median_on - {name}
+            self._build_specs()
+        return True
 
     def attach_estimators(self, bank: EstimatorBank) -> None:
         """Replace the Kalman estimators (other tuning; the hub builds default ones itself)."""
