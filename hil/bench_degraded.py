@@ -11,8 +11,9 @@ loss: the private Mosquitto is stopped and started again). Per fault: the succes
 ≥ 95 %) beside the no-fault baseline's of the same run, task duration (median / P99 / max and the
 ratio of medians to the baseline), fault → mode latency (injection → the daemon's `degraded`
 event, wall clock: the event's log stamp), recovery latency (the fault's end → `recovered`), and
-the modes seen. A fault whose injector this daemon lacks, or whose part is not configured (a GPU,
-a Triton server), is skipped with the reason printed. Before the next task the bench waits for
+the modes seen. A fault whose injector this daemon lacks, or whose part is not configured (a GPU
+— `--sim-gpu` gives the daemon its simulated one —, a Triton server: `--triton`), is skipped with
+the reason printed. Before the next task the bench waits for
 `state.degraded` to empty again. A fault that is not degradable (a stuck encoder: the safe answer
 is the `sensor_bound` protective stop) is measured as fault → stop latency, and its task counts
 as a success when it completes after the operator's part: the fault gone, `reset`, `resume`.
@@ -308,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton", action="store_true",
                     help="serve the trained policy from a real pytriton server (tests/"
                          "triton_server.py) that the daemon tries first: the triton fault runs")
+    ap.add_argument("--sim-gpu", action="store_true",
+                    help="the trained policy on the daemon's simulated GPU (sim.gpu = true, "
+                         "CUDA then CPU providers): the gpu fault runs without a GPU")
     ap.add_argument("--spike-probability", type=float, default=0.5,
                     help="the rig's chance per sample of an outlier under the spikes fault "
                          "(configs/rig/default.toml: 0.05, under any max_ratio)")
@@ -324,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.getloadavg()[2]:.2f} on {os.cpu_count()} CPUs; health.period_s={args.period_s}")
     broker: Mosquitto | None = None
     sets = [f"health.period_s={args.period_s}", f"device.id={MQTT_USER}", *args.set]
+    if args.sim_gpu:
+        sets += ["sim.gpu=true", f"inference.model={ROOT / 'models' / 'pick-place-policy.onnx'}",
+                 'inference.providers=["CUDAExecutionProvider","CPUExecutionProvider"]']
     if "spikes" in args.faults.split(","):
         rig = (ROOT / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
         storm, n = re.subn(r"(?m)^spike_probability = [0-9.]+",

@@ -216,3 +216,35 @@ def test_a_spike_storm_is_sensor_filtered_then_recovered(tmp_path: Path,
         assert "sensor_filtered" not in st["degraded"] and st.get("stop") is None, st
     finally:
         d.stop()
+
+
+def test_a_gpu_fault_on_the_simulated_gpu_is_cpu_inference_then_back_on_the_gpu(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    """`--sim` with `sim.gpu = true` (a simulated GPU at the ONNX session seam,
+    inference/sim_gpu.py; everything above it the real code): `failure.inject gpu fail` moves the
+    local model to the CPU — the `gpu` probe fails, `cpu_inference` is entered (event,
+    `state.degraded`) — and after the fault the probe inferences on a fresh GPU session bring
+    it back: `recovered`, the model on the GPU again."""
+    trained = REPO / "models" / "pick-place-policy.onnx"
+    d = DaemonProc(tmp_path, broker, extra=(
+        f"health.period_s={PERIOD_S}", "sim.gpu=true", f"inference.model={trained}",
+        'inference.providers=["CUDAExecutionProvider","CPUExecutionProvider"]')).start()
+    try:
+        d.wait_ready()
+        wait_until(lambda: _probe(d, "gpu").get("level") == "ok", 60,
+                   "the gpu probe ok on the simulated GPU")
+        t_inject = time.time()
+        _inject(d, target="gpu", mode="fail", duration_s=2.0)
+        wait_until(lambda: bool(_since(d, "degraded", "cpu_inference", "", t_inject)), 30,
+                   "cpu_inference entered")
+        assert "cpu_inference" in _status(d)["degraded"]
+        deg = _since(d, "degraded", "cpu_inference", "", t_inject)[0]
+        assert deg["probe"] == "gpu", deg
+        wait_until(lambda: bool(_since(d, "recovered", "cpu_inference", "", t_inject)), 60,
+                   "cpu_inference left")
+        rec = _since(d, "recovered", "cpu_inference", "", t_inject)[0]
+        assert _log_time(rec) >= t_inject + 2.0, rec  # not before the fault was over
+        p = _probe(d, "gpu")
+        assert p["level"] == "ok" and p["figures"]["device"] == "gpu", p
+    finally:
+        d.stop()

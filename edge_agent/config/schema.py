@@ -326,6 +326,9 @@ class SimSection:
     # SCHED_FIFO priority for the rig process (0 = normal). Real drive firmware is not starved
     # by the host's load; benchmarks give the rig a priority above the guardian's to match.
     rig_priority: int = opt("int", 0, lo=0, hi=99)
+    # A simulated GPU at the ONNX session seam (inference/sim_gpu.py): with CUDAExecutionProvider
+    # in inference.providers, `failure.inject gpu fail` and cpu_inference run without a GPU.
+    gpu: bool = opt("bool", False)
 
 
 SECTIONS: dict[str, type] = {

@@ -118,7 +118,8 @@ class Daemon:
                               state_changed=self.comms.state_changed)
         self.writer = StoreWriter(on_error=self.stops.on_store_error)
         self.policy = PolicyLoader(cfg, self.executor, self.control.executor_lock,
-                                   self.decisions, self.control.events, self.comms.event)
+                                   self.decisions, self.control.events, self.comms.event,
+                                   sim_gpu=sim and cfg.sim.gpu)
         # stop and L3 repair reports (daemon/reporting.py)
         self.reports = DaemonReports(cfg, boot_id=self.boot_id, control=self.control,
                                      decisions=self.decisions, model_status=self.policy.status,

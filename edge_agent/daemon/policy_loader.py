@@ -32,8 +32,9 @@ class PolicyLoader:
 
     def __init__(self, cfg: Config, executor: Executor, executor_lock: threading.RLock,
                  journal: DecisionJournal | None, events: MutableSequence[dict[str, Any]],
-                 publish: Callable[[dict[str, Any]], None]) -> None:
+                 publish: Callable[[dict[str, Any]], None], *, sim_gpu: bool = False) -> None:
         self._cfg = cfg
+        self._sim_gpu = sim_gpu  # --sim with sim.gpu: the simulated GPU (inference/sim_gpu.py)
         self._executor = executor
         self._lock = executor_lock
         self._journal = journal
@@ -61,9 +62,15 @@ class PolicyLoader:
         band = self._cfg.executor.grip_force_band_n
         t0 = time.monotonic()
         try:
+            factory = None
+            if self._sim_gpu:
+                from edge_agent.inference.sim_gpu import SimGpu
+
+                factory = SimGpu()
             stack = build_stack(self._cfg.inference, event_sink=self._on_event,
                                 decision_sink=self._on_decision,
-                                settings_hook=lambda s: replace(s, grip_force_band_n=band))
+                                settings_hook=lambda s: replace(s, grip_force_band_n=band),
+                                session_factory=factory)
             with self._lock:
                 self._executor.policy = stack.router  # decisions from here on go through it
                 self.router_journals = True

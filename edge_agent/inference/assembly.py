@@ -205,9 +205,11 @@ class InferenceStack:
 def build_stack(section: Any, *, event_sink: EventSink | None = None,
                 decision_sink: DecisionSink | None = None,
                 settings_hook: Callable[[InferenceSettings], InferenceSettings] | None = None,
-                ) -> InferenceStack:
-    """The daemon's one call: `build_stack(config.inference, event_sink=..., decision_sink=...)`."""
+                session_factory: SessionFactory | None = None) -> InferenceStack:
+    """The daemon's one call: `build_stack(config.inference, event_sink=..., decision_sink=...)`
+    (`session_factory`: the simulated GPU of `--sim`, inference/sim_gpu.py)."""
     settings = InferenceSettings.from_config(section)
     if settings_hook is not None:
         settings = settings_hook(settings)
-    return InferenceStack(settings, event_sink=event_sink, decision_sink=decision_sink)
+    return InferenceStack(settings, event_sink=event_sink, decision_sink=decision_sink,
+                          session_factory=session_factory)
