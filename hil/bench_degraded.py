@@ -30,19 +30,18 @@ import datetime as dt
 import json
 import os
 import random
-import re
 import signal
 import sys
 import tempfile
 import threading
 import time
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hil import kalman_rmse
 from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
+from hil.degraded_faults import FAULTS, Fault, storm_rig_config
 from hil.degraded_tally import Run, report
 from hil.steal import StealMeter
 
@@ -53,37 +52,6 @@ from mosquitto import Mosquitto  # noqa: E402
 from triton_server import TritonServer, triton_unavailable  # noqa: E402
 
 MQTT_USER, MQTT_PASSWORD = "dev1", "dev1-secret-pw"
-
-
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """One single fault of the benchmark: what `failure.inject` gets, and the mode expected."""
-
-    name: str
-    target: str  # a failure.inject target; "broker" = stop the private Mosquitto
-    mode: str
-    duration_s: float
-    severity: float | None = None
-    expect: tuple[str, str] | None = None  # (mode, subject) a degraded event should carry
-    stop: str | None = None  # not degradable: the protective stop (cause) that is the answer
-
-
-FAULTS: dict[str, Fault] = {f.name: f for f in (
-    # inside the channel's bound (robot description predict_max_s: 1.0 s and 0.5 s)
-    Fault("camera", "sensor:object_pose", "dropout", 0.5,
-          expect=("sensor_predicted", "object_pose")),
-    Fault("wrist_force", "sensor:wrist_force", "dropout", 0.3,
-          expect=("sensor_predicted", "wrist_force")),
-    # not degradable: the repeats are refused, the encoders lost past their 10 ms bound
-    Fault("stuck_encoder", "sensor:joint_encoders", "stuck", 0.5,
-          expect=("sensor_predicted", "joint_encoders"), stop="sensor_bound"),
-    # ±outliers in --spike-probability of the samples (the shipped rig's 0.05 is no storm)
-    Fault("spikes", "sensor:wrist_force", "spikes", 2.0, severity=1.0,
-          expect=("sensor_filtered", "wrist_force")),
-    Fault("gpu", "gpu", "fail", 3.0, expect=("cpu_inference", "")),
-    Fault("triton", "triton", "down", 3.0, expect=("remote_policy_lost", "")),
-    Fault("broker", "broker", "stop", 3.0, expect=("broker_lost", "")),
-)}
 
 
 def log_time(rec: dict[str, Any]) -> float:
@@ -332,13 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         sets += ["sim.gpu=true", f"inference.model={ROOT / 'models' / 'pick-place-policy.onnx'}",
                  'inference.providers=["CUDAExecutionProvider","CPUExecutionProvider"]']
     if "spikes" in args.faults.split(","):
-        rig = (ROOT / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
-        storm, n = re.subn(r"(?m)^spike_probability = [0-9.]+",
-                           f"spike_probability = {args.spike_probability}", rig)
-        if n != 1:
-            raise SystemExit("configs/rig/default.toml: no spike_probability line to change")
-        (tmp / "rig-storm.toml").write_text(storm, encoding="utf-8")
-        sets.append(f'sim.rig_config="{tmp / "rig-storm.toml"}"')
+        storm = storm_rig_config(tmp / "rig-storm.toml", args.spike_probability)
+        sets.append(f'sim.rig_config="{storm}"')
     if args.mqtt_port == 0:
         with contextlib.suppress(FileNotFoundError, OSError):
             broker = Mosquitto(tmp / "mosquitto", {MQTT_USER: MQTT_PASSWORD})

@@ -19,6 +19,8 @@ from daemon_proc import REPO, DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 from test_health_daemon import _log_time
 
+from hil.degraded_faults import storm_rig_config
+
 PERIOD_S = 0.2
 
 
@@ -107,6 +109,22 @@ def _since(d: DaemonProc, kind: str, mode: str, subject: str, t: float) -> list[
             and e.get("subject", "") == subject and _log_time(e) >= t]
 
 
+def _first(d: DaemonProc, kind: str, mode: str, subject: str, t: float,
+           timeout: float = 30) -> dict[str, Any]:
+    """Waits for the first `kind` event of mode/subject logged at or after `t`."""
+    wait_until(lambda: bool(_since(d, kind, mode, subject, t)), timeout,
+               f"{kind} {mode}/{subject or '-'}")
+    return _since(d, kind, mode, subject, t)[0]
+
+
+def _cleared_and_ok(d: DaemonProc, channel: str, mode: str, probe: str, t: float) -> None:
+    """The rig's fault on `channel` cleared: `mode` left for it and `probe` ok again."""
+    r = d.rig({"cmd": "clear", "target": f"sensor:{channel}"})
+    assert r["ok"], r
+    _first(d, "recovered", mode, channel, t)
+    wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
+
+
 @pytest.mark.parametrize(("channel", "duration_s"), [("object_pose", 0.8), ("wrist_force", 0.45)])
 def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
         tmp_path: Path, broker: Mosquitto, channel: str, duration_s: float) -> None:
@@ -128,9 +146,7 @@ def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
                 "degraded", []), 30)
         finally:
             watcher.close()
-        wait_until(lambda: bool(_since(d, "degraded", "sensor_predicted", channel, t_inject)),
-                   30, f"sensor_predicted/{channel}")
-        deg = _since(d, "degraded", "sensor_predicted", channel, t_inject)[0]
+        deg = _first(d, "degraded", "sensor_predicted", channel, t_inject)
         assert deg["probe"] == probe and "Kalman-predicted" in deg["cause"], deg
         # entered while the channel was still out; the fast path (the control thread's snapshot
         # that found the channel gone) reported it — it usually enters the mode itself, unless a
@@ -139,9 +155,7 @@ def test_a_sensor_dropout_inside_its_bound_is_sensor_predicted_then_recovered(
         if deg["cause"].startswith(f"{channel} went stale"):
             assert isinstance(deg["figures"]["at"], float), deg
         assert _probe(d, probe).get("fast_fails", 0) >= 1, _probe(d, probe)
-        wait_until(lambda: bool(_since(d, "recovered", "sensor_predicted", channel, t_inject)),
-                   30, f"sensor_predicted/{channel} left")
-        rec = _since(d, "recovered", "sensor_predicted", channel, t_inject)[0]
+        rec = _first(d, "recovered", "sensor_predicted", channel, t_inject)
         assert _log_time(rec) >= t_inject + duration_s  # not before the channel was back
         p = _probe(d, probe)
         assert p["fast_fails"] >= 1 and p["level"] == "ok" and p["strikes"] == 0, p
@@ -164,8 +178,7 @@ def test_a_stuck_encoder_is_a_lost_channel_sensor_predicted_then_the_sensor_boun
     try:
         t_inject = time.time()
         _inject(d, target="sensor:joint_encoders", mode="stuck")
-        wait_until(lambda: bool(_since(d, "degraded", "sensor_predicted", "joint_encoders",
-                                       t_inject)), 30, "sensor_predicted/joint_encoders")
+        _first(d, "degraded", "sensor_predicted", "joint_encoders", t_inject)
         wait_until(lambda: "sensor_bound" in ((_status(d).get("stop") or {}).get("causes")
                                               or ()), 30, "the sensor_bound stop")
         probe = "sensor:joint_encoders:quality"
@@ -173,11 +186,7 @@ def test_a_stuck_encoder_is_a_lost_channel_sensor_predicted_then_the_sensor_boun
         bad = _probe(d, probe)
         assert "stuck" in bad["message"] and bad["figures"]["stuck"] > 0, bad
         assert _probe(d, "sensor:joint_encoders")["level"] == "error"
-        r = d.rig({"cmd": "clear", "target": "sensor:joint_encoders"})
-        assert r["ok"], r
-        wait_until(lambda: bool(_since(d, "recovered", "sensor_predicted", "joint_encoders",
-                                       t_inject)), 30, "sensor_predicted/joint_encoders left")
-        wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
+        _cleared_and_ok(d, "joint_encoders", "sensor_predicted", probe, t_inject)
         st = _status(d)
         assert st["mode"] == "protective_stop" and "sensor_bound" in st["stop"]["causes"], st
     finally:
@@ -190,28 +199,18 @@ def test_a_spike_storm_is_sensor_filtered_then_recovered(tmp_path: Path,
     0.05 stays under the description's max_ratio 0.2): the `sensor:wrist_force:spikes` probe
     fails on the spike ratio, `sensor_filtered/wrist_force` is entered (event, published
     `state.degraded`: the hub reports its median meanwhile) and left once the storm is over."""
-    rig = (REPO / "configs" / "rig" / "default.toml").read_text(encoding="utf-8")
-    assert "spike_probability = 0.05" in rig
-    storm = tmp_path / "rig-spikes.toml"
-    storm.write_text(rig.replace("spike_probability = 0.05", "spike_probability = 0.5"),
-                     encoding="utf-8")
+    storm = storm_rig_config(tmp_path / "rig-spikes.toml", 0.5)
     d = _sensor_daemon(tmp_path, broker, f'sim.rig_config="{storm}"',
                        period_s=QUALITY_PERIOD_S)
     try:
         probe = "sensor:wrist_force:spikes"
         t_inject = time.time()
         _inject(d, target="sensor:wrist_force", mode="spikes")
-        wait_until(lambda: bool(_since(d, "degraded", "sensor_filtered", "wrist_force",
-                                       t_inject)), 30, "sensor_filtered/wrist_force")
-        deg = _since(d, "degraded", "sensor_filtered", "wrist_force", t_inject)[0]
+        deg = _first(d, "degraded", "sensor_filtered", "wrist_force", t_inject)
         assert deg["probe"] == probe and "dropped as spikes" in deg["cause"], deg
         assert deg["figures"]["spike_ratio"] > 0.2, deg
         assert "sensor_filtered" in _status(d)["degraded"]
-        r = d.rig({"cmd": "clear", "target": "sensor:wrist_force"})
-        assert r["ok"], r
-        wait_until(lambda: bool(_since(d, "recovered", "sensor_filtered", "wrist_force",
-                                       t_inject)), 30, "sensor_filtered/wrist_force left")
-        wait_until(lambda: _probe(d, probe).get("level") == "ok", 30, f"{probe} ok again")
+        _cleared_and_ok(d, "wrist_force", "sensor_filtered", probe, t_inject)
         st = _status(d)
         assert "sensor_filtered" not in st["degraded"] and st.get("stop") is None, st
     finally:
@@ -235,14 +234,10 @@ def test_a_gpu_fault_on_the_simulated_gpu_is_cpu_inference_then_back_on_the_gpu(
                    "the gpu probe ok on the simulated GPU")
         t_inject = time.time()
         _inject(d, target="gpu", mode="fail", duration_s=2.0)
-        wait_until(lambda: bool(_since(d, "degraded", "cpu_inference", "", t_inject)), 30,
-                   "cpu_inference entered")
+        deg = _first(d, "degraded", "cpu_inference", "", t_inject)
         assert "cpu_inference" in _status(d)["degraded"]
-        deg = _since(d, "degraded", "cpu_inference", "", t_inject)[0]
         assert deg["probe"] == "gpu", deg
-        wait_until(lambda: bool(_since(d, "recovered", "cpu_inference", "", t_inject)), 60,
-                   "cpu_inference left")
-        rec = _since(d, "recovered", "cpu_inference", "", t_inject)[0]
+        rec = _first(d, "recovered", "cpu_inference", "", t_inject, timeout=60)
         assert _log_time(rec) >= t_inject + 2.0, rec  # not before the fault was over
         p = _probe(d, "gpu")
         assert p["level"] == "ok" and p["figures"]["device"] == "gpu", p
