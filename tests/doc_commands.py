@@ -1,8 +1,9 @@
 """The shell commands README.md and docs/*.md show: found, split into invocations, classified.
 
 Found (markdown-it, the CommonMark parser the report tests use, with GFM tables):
-- every line of a fenced block tagged sh, bash, shell, console (its `$ ` lines) or untagged when
-  its first line starts with a known program; `\\` continuations joined, comment lines out;
+- every line of a fenced block tagged sh, bash, shell, console (its `$ ` lines), or untagged
+  when every line starts with a known program (a grammar or a message is not shell);
+  `\\` continuations joined, comments out;
 - every inline code span that starts with a known program (`edge-agent`, `python3`, `sudo`,
   `./scripts/…`, …) and is more than a bare program name;
 - an inline span of options only, two words or more (`--n 100 --faults camera`), after a
@@ -82,7 +83,7 @@ def _block_lines(content: str, console: bool) -> list[str]:
             raw = raw[2:]
         line = pending + raw.strip()
         if line.endswith("\\"):
-            pending = line[:-1] + " "
+            pending = line[:-1].rstrip() + " "
             continue
         pending = ""
         line = re.sub(r"\s+#\s.*$", "", line)  # a trailing comment (none sits in quotes)
@@ -97,14 +98,14 @@ def discover(paths: list[Path] | None = None) -> list[DocCommand]:
     md = MarkdownIt("commonmark").enable("table")
     found: list[DocCommand] = []
     for path in paths or documents():
-        doc = str(path.relative_to(REPO))
+        doc = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
         for tok in md.parse(path.read_text()):
             line = (tok.map[0] + 1) if tok.map else 0
             if tok.type == "fence":
                 info = tok.info.strip().split()[0] if tok.info.strip() else ""
                 lines = _block_lines(tok.content, console=info == "console")
-                if info in SHELL_FENCES or (info == "" and lines and is_program(
-                        _first_word(lines[0]))):
+                if info in SHELL_FENCES or (info == "" and lines and all(
+                        is_program(_first_word(ln)) for ln in lines)):
                     found += [DocCommand(doc, line, ln, True) for ln in lines]
             elif tok.type == "inline":
                 module = None  # the last `python -m MODULE` span in this cell / paragraph

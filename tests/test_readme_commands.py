@@ -132,6 +132,28 @@ def test_discovery_finds_the_documented_commands() -> None:
     assert len(COMMANDS) >= 80, len(COMMANDS)
 
 
+def test_discovery_rules_on_a_sample(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.md"
+    sample.write_text(
+        "Run `edge-agent check-config\nconfigs/sim.toml --sim` or name `edge-agent` alone.\n\n"
+        "```console\n$ edge-agent version\nedge-agent 0.1.0\n```\n\n"
+        "```\nwire := COBS(frame) 0x00\n```\n\n"
+        "```\n./scripts/run-sim.sh\n```\n\n"
+        "```sh\nsudo install -m 0644 a \\\n  /etc/b   # a comment\n# only a comment\n```\n\n"
+        "| what | command |\n|---|---|\n"
+        "| a | `python3 -m hil.bench_x --n 1` then `--n 2 --seed 3`; a `--sim` daemon |\n"
+        "| b | `--eager` |\n")
+    found = [(c.text, c.block, c.module) for c in discover([sample])]
+    assert found == [
+        ("edge-agent check-config configs/sim.toml --sim", False, None),
+        ("edge-agent version", True, None),
+        ("./scripts/run-sim.sh", True, None),
+        ("sudo install -m 0644 a /etc/b", True, None),
+        ("python3 -m hil.bench_x --n 1", False, None),
+        ("--n 2 --seed 3", False, "hil.bench_x"),
+    ], found
+
+
 def test_every_documented_command_is_run_or_has_a_reason() -> None:
     missing = [str(c) for c in COMMANDS if verdict(c) is None]
     assert not missing, ("documented commands no rule covers: run them in a test here, or add "
