@@ -1,4 +1,4 @@
-"""The shell commands README.md and docs/*.md show: found, split into invocations, classified.
+"""The shell commands README.md and docs/*.md show: found, and split into the programs they run.
 
 Found (markdown-it, the CommonMark parser the report tests use, with GFM tables):
 - every line of a fenced block tagged sh, bash, shell, console (its `$ ` lines), or untagged
