@@ -121,7 +121,7 @@ def run_faults(state_dir: Path) -> None:
         assert d.cmd_("task.start", task="pick_place")["ok"]
         wait(lambda: d.status().get("state") == "approach", 60, "approach")
         time.sleep(0.5)  # some motion in the window before the hit
-        d.rig(cmd="inject", target="collision", mode="hit", duration_s=0.5)
+        d.rig(cmd="inject", target="collision", mode="impact", duration_s=0.5)
         wait(lambda: d.status().get("mode") == "protective_stop", 30, "the collision stop")
         wait(lambda: len(reports_of(state_dir)) > n, 60, "the collision report")
         d.reset()
