@@ -221,3 +221,12 @@ def test_each_documented_chat_text_is_what_the_sink_sends_for_that_real_report(
                           r.origin.device, report_topic=topic)[0][1]["markdown"]["content"]
     assert sent == text, "docs/REPORTS.md is stale: python -m hil.make_reports_doc"
     assert classic_problems(text) == [] and missing_fields(text, r, topic) == []
+
+
+def test_the_strict_receiver_refuses_what_wecom_refuses() -> None:
+    """hil/webhook_receiver.py answers errcode 40058 where WeCom would refuse the message."""
+    assert wecom_problem({"msgtype": "markdown", "markdown": {"content": "é" * 2049}})
+    assert wecom_problem({"msgtype": "markdown", "markdown": {"content": "é" * 2048}}) is None
+    assert wecom_problem({"msgtype": "image", "image": {"base64": "AAAA", "md5": "0" * 32}})
+    assert wecom_problem({"msgtype": "news"})
+    assert wecom_problem({"v": 1, "markdown": "x" * 10_000}) is None  # the JSON format
