@@ -56,7 +56,10 @@ class Daemon:
                     "link.hello_timeout_s=10",
                     # no broker: broker_lost would add its mode report between the faults'
                     "--set", "health.period_s=3600",
-                    "--set", "reports.retry_min_s=0.2", "--set", "reports.retry_max_s=1.0"]
+                    "--set", "reports.retry_min_s=0.2", "--set", "reports.retry_max_s=1.0",
+                    # a shared VM under load stalls the daemon for 50-120 ms now and then: with
+                    # sim.toml's 50 ms deadman that is a deadman stop mid-task (tests/daemon_proc)
+                    "--set", "link.deadman_ms=250"]
         for s in sets:
             self.cmd += ["--set", s]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -290,11 +293,12 @@ table or list line, ≤ 4,096 bytes UTF-8, every field present) and each text he
 sink sends today.
 
 **Generated, not written by hand:** `python -m hil.make_reports_doc` ran a real daemon on the
-simulated robot (configs/sim.toml, `executor.l3_threshold=3`, no broker, the chat webhook at a
-real local receiver), injected each fault at the firmware side of the tty, then stopped and
-restarted a private Mosquitto under a daemon connected to it (`broker_lost` entered and left),
-and copied the reports the daemon wrote and the chat messages the receiver got. One report per
-fault kind below; the PNGs and each report's JSON are in docs/reports/.
+simulated robot (configs/sim.toml, `executor.l3_threshold=3`, `link.deadman_ms=250` as in the
+daemon tests, no broker, the chat webhook at a real local receiver), injected each fault at the
+firmware side of the tty, then stopped and restarted a private Mosquitto under a daemon
+connected to it (`broker_lost` entered and left), and copied the reports the daemon wrote and
+the chat messages the receiver got. One report per fault kind below; the PNGs and each report's
+JSON are in docs/reports/.
 
 The fault storm (issue #19's last check) is `python -m hil.bench_fault_storm`: an e-stop a
 second through `failure.inject` (press, release, reset; the bench polls `status` and `reset`

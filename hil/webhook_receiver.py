@@ -128,7 +128,7 @@ class Receiver:
         ids: list[str] = []
         for key, r in self.unique().items():
             if r["body"].get("msgtype") == "markdown":
-                ids.append(key)
+                ids.extend(r["body"].get("report_ids") or [key])
             elif "ids" in r["body"]:
                 ids.extend(r["body"]["ids"])
         return ids

@@ -168,6 +168,9 @@ def test_a_hundred_merged_repeats_still_fit_with_every_field() -> None:
     assert classic_problems(text) == [] and missing_fields(text, lead, TOPIC) == [], text
     assert "**100× this fault**" in text and "and 95 more" in text
     assert rest[3].id in text and rest[-1].id not in text  # the first five ids, then a count
+    body = wecom_messages(Entry(lead, "", {}), [Entry(m, "", {}) for m in rest], None,
+                          "robot-7")[0][1]
+    assert body["report_ids"] == [lead.id, *(m.id for m in rest)]  # all of them, for a receiver
 
 
 def test_huge_values_are_cut_to_fit_and_keep_the_pointer_to_the_full_report() -> None:

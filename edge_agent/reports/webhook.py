@@ -104,8 +104,11 @@ def wecom_messages(entry: Entry, merged: Sequence[Entry], plot: Path | None, dev
     text = chat_summary(entry.report, [m.report for m in merged],
                         report_topic=report_topic or f"edge/{device}/report",
                         plot=image is not None, secrets=secrets)
+    # `report_ids`: every report this message stands for (the text names the first five of a
+    # merge); like `idempotency_key`, a field for the receiver that WeCom does not read
     out: list[tuple[str, dict[str, Any]]] = [("markdown", {
-        "msgtype": "markdown", "markdown": {"content": text}, "idempotency_key": key})]
+        "msgtype": "markdown", "markdown": {"content": text}, "idempotency_key": key,
+        "report_ids": [key, *(m.id for m in merged)]})]
     if image is not None:
         out.append(("image", {"msgtype": "image", "image": {
             "base64": base64.b64encode(image).decode(), "md5": hashlib.md5(image).hexdigest()},
