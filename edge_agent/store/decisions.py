@@ -214,11 +214,23 @@ class DecisionJournal:
         return [d for d in out if d is not None]
 
     def set_shedding(self, on: bool) -> None:
-        """Stop journaling (counted in `shed`) while the disk is short (storage_low), or resume."""
+        """Stop journaling (counted in `shed`) while the disk is short (storage_low), or resume:
+        a journal a full disk turned off (cause disk_full, before the mode held) comes back too
+        — a failed append was cut back, so the journal is whole; an fsync failure never does."""
         if on != self.shedding:
             log.warning("decision_journal_shedding" if on else "decision_journal_resumed",
                         shed=self.shed)
         self.shedding = on
+        if on:
+            return
+        with self._lock:
+            if self.disabled != "disk_full" or self._stopped or self.journal.broken is not None:
+                return
+            self.disabled = None
+            reopen = not self._open
+        log.warning("decision_journal_reenabled", reopen=reopen)
+        if reopen:
+            self.open()  # turned off at open(): a failure turns it off again, with its event
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every record queued so far is durable (or failed)."""
