@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -157,7 +156,7 @@ def test_kill_9_mid_reserve_saves_leaves_a_whole_snapshot(tmp_path: Path) -> Non
     """A writer saving into reserve chunks on a disk kept full, killed at different instants:
     load() always gives a whole snapshot, old or new."""
     with tiny_fs(tmp_path / "fs", "3m") as fs:
-        seen, from_reserve = [], 0
+        seen = []
         for round_ in range(6):
             SpaceReserve(fs / "reserve", chunks=96, chunk_bytes=16384).take()
             fill(fs, "fill-0")
@@ -165,15 +164,20 @@ def test_kill_9_mid_reserve_saves_leaves_a_whole_snapshot(tmp_path: Path) -> Non
                                     stdout=subprocess.PIPE, text=True,
                                     env={**os.environ, "PYTHONPATH": str(Path.cwd())})
             assert proc.stdout is not None
-            assert proc.stdout.readline(), "the writer saved nothing"
-            time.sleep(0.003 * round_)  # a different instant each round
+            # killed once its (round+1)-th save into the reserve is done: in the refill or
+            # the next save into the reserve
+            for line in proc.stdout:
+                word = line.split()
+                assert word[0] != "gone", "the reserve ran out before the kill"
+                if int(word[1]) > round_:
+                    break
+            else:
+                raise AssertionError("the writer ended")
             proc.send_signal(signal.SIGKILL)
-            rest = proc.communicate(timeout=10)[0].split()
-            from_reserve += int(rest[-1]) if len(rest) >= 2 and rest[-1] != "gone" else 0
+            proc.communicate(timeout=10)
             got = SnapshotStore(fs, "daemon").load()
             assert got is not None and got[0]["gen"] == got[1], got
             seen.append(got[1])
             for p in fs.glob("fill-*"):
                 p.unlink()
         assert seen == sorted(seen) and seen[-1] >= 6, seen
-        assert from_reserve > 0  # the kills fell among saves into the reserve

@@ -1,12 +1,13 @@
 """The daemon's own health probes: broker, link, control loop, store, start-up work.
 
 Each reads counters other parts keep, through the plain callables it is built with (wiring.py
-passes them), and never blocks; `fails_on(event)` is each one's event fast path (probe.py
-EventAware). Counters are compared with the previous run, so "per window"
-means "since the last run of this probe" (its period). Only the broker probe
-and the store probe have a degradation mode (`broker_lost`, `storage_low`); the others report
-levels only: a link fault is a protective stop already, and a late loop or failed start-up work
-has no fallback to switch to.
+passes them), and never blocks (the store probe's one write: re-taking a missing snapshot
+reserve chunk, a posix_fallocate and an fsync, inside the probe budget); `fails_on(event)` is
+each one's event fast path (probe.py EventAware). Counters are compared with the previous run,
+so "per window" means "since the last run of this probe" (its period). Only the broker probe and
+the store probe have a degradation mode (`broker_lost`, `storage_low`); the others report levels
+only: a link fault is a protective stop already, and a late loop or failed start-up work has no
+fallback to switch to.
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ class SpaceReserve:
     def take(self) -> int:
         """Allocate every missing chunk there is room for; the chunks held after. Never raises."""
         with self._lock:
-            held = self._scan() if self._held is None else self._held
-            self._held = held
+            # a few stats each run: a chunk removed behind our back shows
+            held = self._held = self._scan()
             new = 0
             for i in range(self.chunks):
                 if i in held:
@@ -91,7 +91,8 @@ class SpaceReserve:
                     fsync_dir(self.dir)
                 if self.lent or self.released:
                     self.retaken += new
-                self.last_error = None if len(held) == self.chunks else self.last_error
+            if len(held) == self.chunks:
+                self.last_error = None
             return len(held)
 
     def _scan(self) -> set[int]:  # lock held: the chunks a previous run left, whole ones only
