@@ -98,7 +98,7 @@ class SpaceReserve:
     def _scan(self) -> set[int]:  # lock held: the chunks a previous run left, whole ones only
         held: set[int] = set()
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.dir.mkdir(exist_ok=True, mode=0o700)  # the state dir itself must exist
             for p in self.dir.iterdir():
                 if p.name.endswith(".tmp"):
                     with contextlib.suppress(OSError):
@@ -115,7 +115,7 @@ class SpaceReserve:
     def _allocate(self, i: int) -> str | None:  # lock held
         tmp = self.dir / f"chunk-{i}.tmp"
         try:
-            self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.dir.mkdir(exist_ok=True, mode=0o700)  # the state dir itself must exist
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
                 os.posix_fallocate(fd, 0, self.chunk_bytes)
