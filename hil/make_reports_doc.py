@@ -263,7 +263,9 @@ fault, the sensor window (the raw samples: a table of evenly spaced rows here, a
 report's JSON and its plot) and the last policy decisions from the journal.
 
 The daemon persists each report in `<state_dir>/outbox/` first (atomic write, fsync, survives
-kill -9), draws the plot in a subprocess (matplotlib, never in the daemon process), then delivers
+kill -9; on a full disk the report stays in memory and is delivered all the same, and under
+`storage_low` no plot is drawn: docs/HEALTH.md "A full disk"), draws the plot in a subprocess
+(matplotlib, never in the daemon process), then delivers
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
 webhook (`reports.webhook_url`: a WeCom summary + the plot image, or one JSON POST), each with
 retries and an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK,

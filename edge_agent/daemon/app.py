@@ -54,7 +54,6 @@ from edge_agent.link.guardian_spawn import Spawned, spec_from_config
 from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal, journal_dir
-from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
 
@@ -93,7 +92,7 @@ class Daemon:
         self.comms = CommsHub(cfg, self.boot_id, on_estop=self.estop, state=self.state,
                               telemetry=self.telemetry, spawn=self.threads.spawn)
         self.mirror = LinkMirror(self.hub, self.latch, self.comms.event, clock=self.clock.now)
-        self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
+        self.snapshots = persist.snapshot_store(self.state_dir, cfg.store.reserve_bytes)
         # stop epochs: nothing sent before the latest stop or reset moves the robot after it
         self.freshness = Freshness(cfg.mqtt.clock_skew_s)
         persist.prepare_state_dir(self.state_dir)  # the dedup window is persisted there
@@ -102,9 +101,8 @@ class Daemon:
             reset_min_interval_s=cfg.executor.reset_min_interval_s,
             failure_injection=cfg.debug.failure_injection, clock=self.clock,
             freshness=self.freshness)
-        # Every policy decision (observation, action, backend, latency, outcome) is journaled:
-        # own writer thread, bounded segments; a full disk turns the journal off with an event
-        # (it never stops the robot — a failed *snapshot* write does).
+        # Every policy decision is journaled (own writer thread, bounded segments); storage_low
+        # sheds it, a full disk turns it off with an event — only a failed *snapshot* stops.
         self.decisions = (DecisionJournal(
             journal_dir(self.state_dir), segment_bytes=cfg.journal.segment_bytes,
             max_segments=cfg.journal.max_segments, on_event=self.comms.event)
@@ -197,7 +195,8 @@ class Daemon:
         self.health = daemon_health(cfg, comms=self.comms, reports=self.reports,
                                     mirror=self.mirror, control=self.control,
                                     gc_stats=self.gc_stats, decisions=self.decisions,
-                                    background=self.startup.results, hub=self.hub)
+                                    background=self.startup.results, hub=self.hub,
+                                    reserve=self.snapshots.reserve)
         if self.eager:
             self._attach_inference_probes()
         self.threads.adopt("health", self.health.stop)

@@ -8,7 +8,9 @@
 Each report is one file `<id>.json` (the report, its Markdown, and per sink: pending / done /
 merged, attempts, next try, last error), written atomically (temp → fsync → rename → fsync dir)
 before any delivery, and rewritten after each delivery step — so a restart delivers exactly what
-was not yet acknowledged, with the same idempotency key. The plot is `<id>.png`, drawn by a
+was not yet acknowledged, with the same idempotency key. A write that fails (a full disk) leaves
+the entry in memory, delivered all the same (`unpersisted` counts them); under storage_low
+(`shed_plots`) no plot is drawn. The plot is `<id>.png`, drawn by a
 subprocess (reports/plot.py). When every sink is done the files are removed. The outbox holds at
 most `max_entries` reports: a new one past that drops the oldest, counted in `state.json` and
 told through `on_event` (a `report_dropped` event). Nothing here runs on the control path.
@@ -132,6 +134,8 @@ class Outbox:
         # seconds goes without one (a fault storm must not become a plotting storm)
         self.plot_repeat_s = plot_repeat_s
         self._plotted: dict[str, float] = {}  # fault -> wall time of its last plot
+        self.shed_plots = False  # storage_low (health/wiring.py): no new PNGs on a short disk
+        self.unpersisted = 0  # writes of an entry that failed (a full disk): kept in memory
         self._secrets = tuple(secrets)
         self._on_event = on_event
         self._entries: dict[str, Entry] = {}
@@ -164,6 +168,7 @@ class Outbox:
             return {"pending": len(self._entries), "dropped": self.dropped,
                     "built": self.built, "delivered": dict(self.delivered),
                     "failed_attempts": dict(self.failures), "corrupt": self.corrupt,
+                    "unpersisted": self.unpersisted, "shed_plots": self.shed_plots,
                     "last_error": dict(self.last_error), "sinks": [s.name for s in self.sinks]}
 
     def pending_ids(self) -> list[str]:
@@ -231,17 +236,17 @@ class Outbox:
                 _log.exception("report_build_failed")
                 continue
             plot_name = (f"{report.id}.png" if self.plot and report.window and not
-                         self._repeat(report) else None)
+                         self.shed_plots and not self._repeat(report) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
                           if report.window is None else "none: plots are off"
-                          if not self.plot else
-                          f"none: a repeat within {self.plot_repeat_s:g} s")
+                          if not self.plot else "none: shed (storage_low)"
+                          if self.shed_plots else f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
-            self._persist(entry)  # durable before anything is delivered
+            self._persist(entry)  # durable before anything is delivered (where the disk allows)
             with self._lock:
                 self._entries[entry.id] = entry
                 self.built += 1
@@ -278,7 +283,10 @@ class Outbox:
             entry = self._entries.get(entry_id)
             if entry is None:
                 continue
-            if entry.plot is None:
+            if entry.plot is None and self.shed_plots:
+                entry.plot = "none: shed (storage_low)"
+                self._persist(entry)
+            elif entry.plot is None:
                 self._draw(entry)
             for sink in self.sinks:
                 wait = min(wait, self._try_sink(entry, sink))
@@ -359,4 +367,12 @@ class Outbox:
         return members
 
     def _persist(self, entry: Entry) -> None:
-        write_atomic(self.dir / f"{entry.id}.json", entry.to_json().encode())
+        """Rewrite the entry's file; on a full disk (or another write error) it stays in memory,
+        delivered all the same, and the next step's write tries again."""
+        try:
+            write_atomic(self.dir / f"{entry.id}.json", entry.to_json().encode())
+        except OSError as exc:
+            with self._lock:
+                self.unpersisted += 1
+            _log.warning("report_persist_failed", id=entry.id, error=str(exc),
+                         unpersisted=self.unpersisted)
