@@ -351,3 +351,35 @@ def test_random_payloads_never_raise(name: str, payload: Any, mode: Mode) -> Non
     assert isinstance(reply, Reply)
     json.dumps(reply.to_dict())
     assert reply.ok or reply.code is not ErrorCode.INTERNAL
+
+
+def test_a_full_disk_is_counted_and_the_window_is_saved_again_once_there_is_room() -> None:
+    """storage_low: ENOSPC is transient, not the fatal fsync failure above — every command still
+    answers, the store stays in use, and the first save after the disk has room again
+    persists the whole window (the file is rewritten)."""
+    import errno
+
+    from edge_agent.errors import StoreError
+
+    class Full:
+        def __init__(self) -> None:
+            self.full = True
+            self.saved: list[int] = []
+
+        def load(self) -> list[Any]:
+            return []
+
+        def save(self, entries: Any) -> None:
+            if self.full:
+                raise StoreError("dedup window x: no room") from OSError(
+                    errno.ENOSPC, "No space left on device")
+            self.saved.append(len(entries))
+
+    store = Full()
+    rig = Rig(dedup_store=store)
+    assert rig.api.handle("task.cancel", cmd("a"), source="t").ok
+    assert rig.api.handle("task.cancel", cmd("b"), source="t").ok
+    assert rig.api.counters["store_full"] == 2 and rig.api.counters["store_failures"] == 0
+    store.full = False
+    assert rig.api.handle("task.cancel", cmd("c"), source="t").ok
+    assert store.saved == [3], store.saved  # a, b and c: nothing lost from the window

@@ -128,11 +128,29 @@ def sent_after(peer: FirmwarePeer, mark: int, marker: Ping) -> list[Message]:
     return msgs[: msgs.index(marker)]
 
 
+def test_the_firmware_deadman_outlasts_the_guardians(tmp_path: Path) -> None:
+    """With a 250 ms guardian deadman (the tests' setting) a fixed 100 ms firmware deadman
+    tripped first on a 100-250 ms stall, before the guardian's HOLD stream began: the HELLO asks
+    the firmware for twice the guardian's deadman."""
+    peer = FirmwarePeer(PeerPty(tmp_path)).start()
+    client = GuardianClient(peer.pty.path, ROBOT, 0.25, on_frame=lambda f: None,
+                            on_guardian_down=lambda why: None, on_guardian_up=lambda: None,
+                            priority=0)
+    try:
+        client.start()
+        hello = peer.wait_for(lambda f: isinstance(f.msg, Hello)).msg
+        assert isinstance(hello, Hello) and hello.deadman_ms == 500, hello
+    finally:
+        client.stop()
+        peer.stop()
+
+
 def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
     daemon = Daemon()
     client = start_client(peer, daemon)
     try:
-        assert isinstance(peer.wait_for(lambda f: isinstance(f.msg, Hello)).msg, Hello)
+        hello = peer.wait_for(lambda f: isinstance(f.msg, Hello)).msg
+        assert isinstance(hello, Hello) and hello.deadman_ms == 100  # 2 x 50 ms, at least 100
         # firmware frames are relayed to the daemon unchanged
         daemon.wait(lambda: any(isinstance(f.msg, Status) for f in daemon.frames))
         client.send(Enable(True))

@@ -54,6 +54,27 @@ def st_journal_on(d: DaemonProc) -> bool:
     j = _status(d)["journal"]
     return bool(j["shedding"]) and j["disabled"] is None
 
+def _one_event(d: DaemonProc, kind: str, mode: str, what: str) -> dict[str, Any]:
+    """The one `kind` event for `mode`: the log line may follow the status change by a few ms
+    (it was looked up before it arrived under load), so wait for it, then there is exactly one."""
+    wait_until(lambda: any(e["mode"] == mode for e in _events(d, kind)), 10, what)
+    evs = [e for e in _events(d, kind) if e["mode"] == mode]
+    assert len(evs) == 1, evs
+    return evs[0]
+
+
+def _clear_startup_stop(d: DaemonProc) -> None:
+    """A start-up starved on this loaded 2-core VM (measured: READY after 14.7 s, the guardian
+    silent for 3 s) latches guardian_lost before the disk is touched; that stop is no part of
+    what is checked here, so it is reset (a reset moves nothing) and must clear."""
+    st = _status(d)
+    if "stop" not in st:
+        return
+    assert st["stop"]["cause"] in ("guardian_lost", "deadman"), st["stop"]
+    wait_until(lambda: d.socket_cmd("reset")["ok"], 30, "reset accepted")
+    wait_until(lambda: "stop" not in _status(d), 30, "the start-up stop cleared")
+
+
 def _fill(directory: Path, name: str) -> None:
     r = subprocess.run(["dd", "if=/dev/zero", f"of={directory / name}", "bs=64k"],
                        capture_output=True, check=False)
@@ -75,6 +96,7 @@ def test_a_disk_filled_by_another_process_is_storage_low_and_a_task_still_comple
             assert (figs["reserve_held"], figs["reserve_chunks"]) == (4, 4), figs
             assert len(list((fs / "reserve").glob("chunk-*"))) == 4
             assert _status(d)["degraded"] == []
+            _clear_startup_stop(d)
             # the journal opens after READY: on a disk full before that it would be turned off
             wait_until(lambda: (_status(d)["journal"] or {}).get("enabled"), 60, "journal open")
 
@@ -82,7 +104,7 @@ def test_a_disk_filled_by_another_process_is_storage_low_and_a_task_still_comple
             _fill(fs, "filler")  # another process takes every free byte
             wait_until(lambda: "storage_low" in _status(d)["degraded"], 30, "storage_low held")
             entered_s = time.monotonic() - t_fill
-            [ev] = [e for e in _events(d, "degraded") if e["mode"] == "storage_low"]
+            ev = _one_event(d, "degraded", "storage_low", "the degraded event")
             assert ev["probe"] == "store" and "min_free_bytes" in ev["cause"], ev
             assert st_journal_on(d)
             st = _status(d)
@@ -113,6 +135,7 @@ def test_a_disk_filled_by_another_process_is_storage_low_and_a_task_still_comple
             # the other process lets go: the reserve is re-taken, the mode left, the journal back
             (fs / "filler").unlink()
             wait_until(lambda: "storage_low" not in _status(d)["degraded"], 30, "storage_low left")
+            _one_event(d, "recovered", "storage_low", "the recovered event")
             assert [e["mode"] for e in _events(d, "recovered")] == ["storage_low"]
             figs = _store(d)["figures"]
             assert figs["reserve_held"] == 4 and figs["reserve_retaken"] >= 1, figs
@@ -141,6 +164,8 @@ def test_a_disk_filled_by_another_process_is_storage_low_and_a_task_still_comple
             st = _status(d)
             assert st["stop"]["cause"] == "snapshot_failed" or \
                 "snapshot_failed" in st["stop"]["causes"], st["stop"]
+            wait_until(lambda: bool(d.events("snapshot_write_failed")), 10,
+                       "snapshot_write_failed logged")
             failed = d.events("snapshot_write_failed")
             assert failed and "reserve is gone" in failed[0]["error"], failed
             more = len(d.events("snapshot_saved_from_reserve")) - n_saved

@@ -11,6 +11,7 @@ arrived before the latest stop or reset is refused `stale` when its turn comes.
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -38,6 +39,13 @@ from edge_agent.vocab import ErrorCode, Mode
 _log = get_logger(__name__)
 
 Payload = Mapping[str, Any] | bytes | bytearray | str
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """The save found no room (the store wraps the OSError): storage_low's business, not a bug."""
+    cause = exc if isinstance(exc, OSError) else exc.__cause__
+    return isinstance(cause, OSError) and cause.errno in _NO_SPACE
 # Deduplicated in memory only (never written to disk): re-running them is harmless, and a jog
 # stream at 20 Hz must not turn into 20 fsyncs a second or push task commands out of the window.
 EPHEMERAL = frozenset({"status", "manual.jog"})
@@ -97,7 +105,8 @@ class CommandAPI:
         self._ephemeral = DedupWindow(window_s=min(dedup_window_s, 60.0), max_entries=512)
         self.counters: dict[str, int] = {"handled": 0, "duplicates": 0, "errors": 0,
                                          "internal": 0, "expired": 0, "stale": 0,
-                                         "store_failures": 0}
+                                         "store_failures": 0, "store_full": 0}
+        self._store_full = False  # the last save found the disk full (logged once per spell)
         if dedup_store is not None:
             self._window.load(dedup_store.load(), self._wall())
 
@@ -286,9 +295,22 @@ class CommandAPI:
                 snapshot = self._window.entries()
             try:
                 self._store.save(snapshot)
-            except Exception:
+            except Exception as exc:
+                if _disk_full(exc):
+                    # A full disk is transient (storage_low): one warning per spell, no
+                    # traceback; the store stays in use and its next save rewrites the window.
+                    with self._lock:
+                        self.counters["store_full"] += 1
+                        first, self._store_full = not self._store_full, True
+                    if first:
+                        _log.warning("dedup_store_failed", reason="disk_full", error=str(exc))
+                    return
                 # An fsync failure is fatal for that file (REQUIREMENTS 16): stop using it.
                 _log.exception("dedup_store_failed")
                 with self._lock:
                     self._store_failed = True
                     self.counters["store_failures"] += 1
+                return
+            if self._store_full:
+                self._store_full = False
+                _log.info("dedup_store_resumed", skipped=self.counters["store_full"])

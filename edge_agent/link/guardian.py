@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
 import select
 import signal
@@ -92,6 +93,16 @@ def _ask_realtime(priority: int) -> tuple[bool, str]:
     return True, f"SCHED_FIFO {priority}"
 
 
+def fw_deadman_ms(args: argparse.Namespace) -> int:
+    """The firmware's deadman must outlast ours: our HOLD stream (after --deadman-ms of daemon
+    silence) keeps it from tripping, so it stays the last line (PROTOCOL.md §4). A fixed 100 ms
+    under a 250 ms guardian deadman tripped the firmware first on a 100-250 ms stall, latched
+    unseen when the daemon's last COMMAND was a HOLD: later motion moved nothing."""
+    if args.fw_deadman_ms is not None:
+        return int(args.fw_deadman_ms)
+    return max(100, math.ceil(2 * float(args.deadman_ms)))
+
+
 class Guardian:
     """The loop; `run()` returns the exit status."""
 
@@ -99,7 +110,7 @@ class Guardian:
                  realtime: bool) -> None:
         now = time.monotonic()
         self.sock = sock
-        hello = Hello(deadman_ms=args.fw_deadman_ms, status_period_us=args.status_period_us)
+        hello = Hello(deadman_ms=fw_deadman_ms(args), status_period_us=args.status_period_us)
         self.rules = GuardianRules(
             limits, now, deadman_s=args.deadman_ms / 1000, hold_period_s=args.hold_period_ms / 1000,
             hello=hello, realtime=realtime,
@@ -283,7 +294,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deadman-ms", type=float, default=50.0,
                    help="daemon silence before the guardian holds")
     p.add_argument("--hold-period-ms", type=float, default=10.0)
-    p.add_argument("--fw-deadman-ms", type=int, default=100, help="HELLO deadman_ms")
+    p.add_argument("--fw-deadman-ms", type=int, default=None,
+                   help="HELLO deadman_ms (default: twice --deadman-ms, at least 100)")
     p.add_argument("--status-period-us", type=int, default=1000, help="HELLO status_period_us")
     p.add_argument("--baudrate", type=int, default=1_000_000)
     p.add_argument("--write-timeout-ms", type=float, default=5.0)
