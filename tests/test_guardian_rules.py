@@ -231,6 +231,29 @@ def test_a_firmware_deadman_trip_latches_the_guardian_once_per_trip() -> None:
     assert r.latched and r.counters["fw_deadman_reports"] == 3
 
 
+def test_motion_after_a_firmware_trip_while_holding_latches_unless_enable_cleared_it() -> None:
+    """The firmware tripped while the daemon only held (a stalled rig: no STATUS, the executor
+    holds; then no command read in time): that is no stop yet, but the firmware now holds until
+    ENABLE(1) and drops motion. Motion sent without one latches DEADMAN — the daemon sees a stop
+    instead of a task commanding a held arm until it fails (3 x transfer not_converged)."""
+    for report in (fw_status(deadman=True), Event(0, EventCode.DEADMAN_TRIP, 100)):
+        r = up_rules()
+        r.on_daemon(Enable(True), 0.0)
+        r.on_daemon(LIMITS.hold(), 0.0)
+        r.on_tty(report, 0.01)
+        assert not r.latched, report  # a trip inside a hold only holds
+        assert r.on_daemon(LIMITS.hold(), 0.011).tty == [LIMITS.hold()]
+        assert r.on_daemon(position(), 0.012).tty == []
+        assert r.latched and r.state.cause == StopReason.DEADMAN, report
+        # an ENABLE(1) (a task start, a resume) clears the firmware's trip: motion passes
+        r = up_rules()
+        r.on_daemon(Enable(True), 0.0)
+        r.on_daemon(LIMITS.hold(), 0.0)
+        r.on_tty(report, 0.01)
+        r.on_daemon(Enable(True), 0.011)
+        assert r.on_daemon(position(), 0.012).tty == [position()] and not r.latched
+
+
 def test_state_goes_out_every_half_deadman_by_default_as_the_daemons_heartbeat() -> None:
     r = GuardianRules(LIMITS, 0.0, deadman_s=0.05)
     assert r.state_period_s == 0.025

@@ -125,6 +125,9 @@ class GuardianRules:
         self.realtime = realtime
         self._last_cmd_at: float | None = None  # the deadman is armed by the first COMMAND
         self._moving = False  # the daemon's last COMMAND asked for motion
+        # the firmware's deadman tripped while we only held: it holds until ENABLE(1) and moves
+        # nothing meanwhile, so motion sent without one would be dropped there unseen
+        self._fw_held = False
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
@@ -174,8 +177,12 @@ class GuardianRules:
             # Our own timer may have fired late (this process stalled, the daemon's frames
             # queued meanwhile): a COMMAND arriving past the deadman trips it first.
             self._deadman_due(now)
-            if self.deadman_hold and msg.moves and not self._moving:
-                self._trip_deadman()  # a hold stream resumes with motion after a silence
+            if (self.deadman_hold or self._fw_held) and msg.moves and not self._moving:
+                # a hold stream resumes with motion after a silence, or motion follows a
+                # firmware trip no ENABLE(1) cleared: a stop the daemon sees, not a task that
+                # commands a held arm until it gives up (3 x not_converged, measured)
+                self._fw_held = False
+                self._trip_deadman()
             self._moving = msg.moves
             self._last_cmd_at = now
             self.deadman_hold = False
@@ -204,6 +211,7 @@ class GuardianRules:
             else:
                 if msg.enable:
                     self.need_enable = False
+                    self._fw_held = False  # it clears the firmware's trip
                 acts.tty.append(msg)
         elif isinstance(msg, GReset):
             self._reset(acts)
@@ -308,6 +316,8 @@ class GuardianRules:
         self.counters["fw_deadman_reports"] += 1
         if self._moving:
             self._latch(StopReason.DEADMAN)
+        else:
+            self._fw_held = True
 
     def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
         if self._timed is not None:
