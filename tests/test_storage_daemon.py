@@ -161,6 +161,10 @@ def test_a_disk_filled_by_another_process_is_storage_low_and_a_task_still_comple
                        "the probe sees the reserve lent")
             assert st["journal"]["shed"] > 0, st["journal"]  # the task's decisions shed
             assert not d.events("snapshot_write_failed")
+            # a command's dedup entry the full disk refused: one warning, no traceback, replied
+            dedup = d.events("dedup_store_failed")
+            assert all(e["level"] == "warning" and e["reason"] == "disk_full"
+                       and "exception" not in e for e in dedup), dedup
             loop1 = st["loop"]  # a starved VM shows here, not a store that blocks a thread
             print(f"\nstorage_low entered {entered_s:.2f} s after the fill; task done with "
                   f"{len(saved)} snapshot(s) written from the reserve; store figures "
