@@ -1,0 +1,120 @@
+"""Episodes: which task a decision belongs to, and the record each task leaves when it ends.
+
+One task is one episode. `EpisodeMark` is the running task and the step its next decision gets:
+the control path sets it from the executor's task events on the control thread (between two
+ticks, under the executor lock) and the decision journal reads it for every record — one
+attribute read, one add and one dict update, so a decision costs what it did before.
+
+When a task ends the daemon (daemon/episodes.py, off the control thread) writes an episode record
+to its own journal beside the decisions (`<state_dir>/journal/episodes.*.jnl`, the same
+CRC-framed, tail-repaired format, bounded), one JSON object per task::
+
+    {"v": 1, "task_id", "task", "outcome": "success"|"failed"|"aborted", "message",
+     "l3": bool, "stop_cause": str|null, "attempts", "l1", "l2", "l3_count",
+     "stops": [{"stop", "cause", "state"}], "degraded": [mode, ...], "decisions",
+     "backends": {backend: decisions}, "model": {"name", "version", "sha256"}|null,
+     "policy", "boot_id", "started_wall", "ended_wall", "duration_s"}
+
+`l1`: failed attempts (each one an L1 detection: a missed sub-goal, a lost part, a policy
+`retry_alternative`); `l2`: the retries with an alternative that followed; `l3`: the task ended in
+`diagnostic` (the L3 threshold); `l3_count`: failed attempts in a row when it ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from edge_agent.store.journal import Journal
+from edge_agent.vocab import EventType
+
+EPISODES_NAME = "episodes"
+EPISODE_FORMAT = 1
+EPISODE_SEGMENT_BYTES = 1 << 20
+EPISODE_MAX_SEGMENTS = 8
+NO_BACKEND = "none"  # a decision journaled without a backend (no decision was made)
+
+
+class EpisodeMark:
+    """The running task (None: no episode) and its next decision's step (see module doc).
+
+    Written by one thread at a time: the control path between ticks, and the decision journal
+    for the one decision in flight; `finished` hands each ended episode's decision count and
+    backends to the thread that writes its record."""
+
+    __slots__ = ("backends", "finished", "step", "task_id")
+
+    def __init__(self) -> None:
+        self.task_id: str | None = None
+        self.step = 0
+        self.backends: dict[str, int] = {}
+        self.finished: deque[tuple[str, int, dict[str, int]]] = deque(maxlen=64)
+
+    def take(self, backend: str | None) -> tuple[str | None, int]:
+        """The running task and the step of the decision being journaled (then one more)."""
+        step = self.step
+        self.step = step + 1
+        key = backend or NO_BACKEND
+        self.backends[key] = self.backends.get(key, 0) + 1
+        return self.task_id, step
+
+    def follow(self, event: Mapping[str, Any]) -> None:
+        """An executor event: a task starts, resumes (the same episode goes on) or ends."""
+        kind = event.get("type")
+        if kind == EventType.TASK_STARTED or (kind == EventType.TASK_RESUMED
+                                              and event.get("task_id") != self.task_id):
+            self.task_id = str(event.get("task_id"))
+            self.step = 0
+            self.backends = {}
+        elif kind == EventType.TASK_DONE and self.task_id is not None:
+            self.finished.append((self.task_id, self.step, self.backends))
+            self.task_id = None
+            self.step = 0
+            self.backends = {}
+
+    def counts(self, task_id: str) -> tuple[int, dict[str, int]]:
+        """An ended episode's decisions and backends (0, {} when not found): the writer's."""
+        for tid, steps, backends in reversed(self.finished):
+            if tid == task_id:
+                return steps, dict(backends)
+        return 0, {}
+
+
+def encode_episode(record: Mapping[str, Any]) -> bytes:
+    """One episode record as its journal payload (compact JSON, UTF-8)."""
+    return json.dumps({"v": EPISODE_FORMAT, **record}, separators=(",", ":"),
+                      allow_nan=False).encode()
+
+
+def decode_episode(payload: bytes) -> dict[str, Any] | None:
+    """The record, or None for a malformed one or another format (never raises)."""
+    try:
+        rec = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(rec, dict) or rec.get("v") != EPISODE_FORMAT \
+            or not isinstance(rec.get("task_id"), str):
+        return None
+    return rec
+
+
+def episodes_journal(directory: str | Path) -> Journal:
+    """The episode journal of a journal directory (appended with an fsync per group)."""
+    return Journal(directory, EPISODES_NAME, segment_bytes=EPISODE_SEGMENT_BYTES,
+                   max_segments=EPISODE_MAX_SEGMENTS, fsync_each=False)
+
+
+def read_episodes(directory: str | Path) -> Iterator[dict[str, Any]]:
+    """Every decodable episode record, oldest first, read-only (safe while the daemon writes)."""
+    for payload in Journal(directory, EPISODES_NAME).iter_records():
+        rec = decode_episode(payload)
+        if rec is not None:
+            yield rec
+
+
+def episode_index(directory: str | Path) -> dict[str, int]:
+    """task id → decisions of every episode on disk (a label's check: does the task exist)."""
+    return {rec["task_id"]: int(rec.get("decisions") or 0) for rec in read_episodes(directory)}
