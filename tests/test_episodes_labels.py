@@ -148,17 +148,16 @@ def test_a_torn_label_tail_is_cut_and_earlier_labels_survive(tmp_path: Path) -> 
     labels.append({"task_id": "t", "verdict": "correct"})
     seg = Journal(tmp_path, LABELS_NAME).segments()[-1]
     whole = seg.read_bytes()
-    labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
-    full = seg.stat().st_size
-    for cut in (len(whole) + 1, len(whole) + 8, full - 1):  # a crash mid-append
+    for into in (1, 8, -1):  # a crash mid-append: 1 or 8 bytes in, or 1 byte short
+        labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
+        full = seg.stat().st_size  # (the record's length varies with its wall time)
         with open(seg, "r+b") as f:
-            f.truncate(cut)
+            f.truncate(len(whole) + into if into > 0 else full + into)
         assert [r["verdict"] for r in read_labels(tmp_path)] == ["correct"]
         labels.append({"task_id": "t", "verdict": "needs_work"})  # repairs, then appends
         assert [r["verdict"] for r in read_labels(tmp_path)] == ["correct", "needs_work"]
         with open(seg, "r+b") as f:  # back to one label for the next cut
             f.truncate(len(whole))
-        labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
 
 
 def test_two_processes_labelling_at_once_lose_nothing(tmp_path: Path) -> None:

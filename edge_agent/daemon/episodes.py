@@ -88,6 +88,8 @@ class Episodes:
                                                         or ep["task_id"] != ev.get("task_id"))):
                 self._open = ep = self._begin(ev)
                 return
+            if ep is None and kind == EventType.TASK_DONE:  # a task saved before a restart,
+                ep = self._begin(ev)                       # ended without resuming it
             if ep is None or ev.get("task_id", ep["task_id"]) != ep["task_id"]:
                 return
             if kind == EventType.ATTEMPT_FAILED:

@@ -13,7 +13,12 @@ CRC-framed, tail-repaired format, bounded), one JSON object per task::
      "l3": bool, "stop_cause": str|null, "attempts", "l1", "l2", "l3_count",
      "stops": [{"stop", "cause", "state"}], "degraded": [mode, ...], "decisions",
      "backends": {backend: decisions}, "model": {"name", "version", "sha256"}|null,
-     "policy", "boot_id", "started_wall", "ended_wall", "duration_s"}
+     "policy", "resumed", "boot_id", "started_wall", "ended_wall", "duration_s"}
+
+`decisions` and `backends` count this boot's decisions of the task: one resumed after a restart
+(`resumed`: its episode began with a resume) numbers its steps from 0 again, and its steps of the
+earlier boot have no episode record (the task never ended there). `policy`: the backend that
+made the last decision of the daemon when the task ended (`rule` without a model).
 
 `l1`: failed attempts (each one an L1 detection: a missed sub-goal, a lost part, a policy
 `retry_alternative`); `l2`: the retries with an alternative that followed; `l3`: the task ended in
@@ -34,7 +39,7 @@ from edge_agent.vocab import EventType
 EPISODES_NAME = "episodes"
 EPISODE_FORMAT = 1
 EPISODE_SEGMENT_BYTES = 1 << 20
-EPISODE_MAX_SEGMENTS = 8
+EPISODE_MAX_SEGMENTS = 4  # ~7,000 episodes; the label check reads them all once
 NO_BACKEND = "none"  # a decision journaled without a backend (no decision was made)
 
 
@@ -77,7 +82,7 @@ class EpisodeMark:
 
     def counts(self, task_id: str) -> tuple[int, dict[str, int]]:
         """An ended episode's decisions and backends (0, {} when not found): the writer's."""
-        for tid, steps, backends in reversed(self.finished):
+        for tid, steps, backends in reversed(list(self.finished)):  # a copy: it may grow
             if tid == task_id:
                 return steps, dict(backends)
         return 0, {}
