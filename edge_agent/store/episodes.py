@@ -55,15 +55,15 @@ class EpisodeMark:
     def __init__(self) -> None:
         self.task_id: str | None = None
         self.step = 0
-        self.backends: dict[str, int] = {}
-        self.finished: deque[tuple[str, int, dict[str, int]]] = deque(maxlen=64)
+        self.backends: dict[str | None, int] = {}
+        self.finished: deque[tuple[str, int, dict[str | None, int]]] = deque(maxlen=64)
 
     def take(self, backend: str | None) -> tuple[str | None, int]:
         """The running task and the step of the decision being journaled (then one more)."""
         step = self.step
         self.step = step + 1
-        key = backend or NO_BACKEND
-        self.backends[key] = self.backends.get(key, 0) + 1
+        b = self.backends  # keyed as given (None: no backend), named in `counts`
+        b[backend] = b.get(backend, 0) + 1
         return self.task_id, step
 
     def follow(self, event: Mapping[str, Any]) -> None:
@@ -84,7 +84,7 @@ class EpisodeMark:
         """An ended episode's decisions and backends (0, {} when not found): the writer's."""
         for tid, steps, backends in reversed(list(self.finished)):  # a copy: it may grow
             if tid == task_id:
-                return steps, dict(backends)
+                return steps, {k or NO_BACKEND: v for k, v in backends.items()}
         return 0, {}
 
 
