@@ -1,10 +1,15 @@
 """`edge-agent journal`: the decision journal as a training dataset, and action-distribution drift.
 
-    edge-agent journal export --state-dir D --out data.npz
-    edge-agent journal drift  --state-dir D [--window N] [--threshold 0.15]
+    edge-agent journal export   --state-dir D --out data.npz
+    edge-agent journal drift    --state-dir D [--window N] [--threshold 0.15]
+    edge-agent journal episodes --state-dir D [--last N]
+    edge-agent journal label    --state-dir D TASK_ID VERDICT [--step N] [--note TEXT]
+    edge-agent journal labels   --state-dir D [--task-id T]
 
-Both read the journal without repairing it, so they are safe while the daemon runs (a torn last
-record is skipped). They run in their own process: dataset work never runs inside the daemon.
+`episodes`, `label` and `labels` are journal_labels_cli.py's (episodes and a person's labels).
+export and drift read the journal without repairing it, so they are safe while the daemon runs (a
+torn last record is skipped). They run in their own process: dataset work never runs inside the
+daemon.
 
 `export` writes a NumPy .npz (no pickles: `np.load(path)` works with the default
 `allow_pickle=False`): `observations` float32 [N, D] (NaN-padded when lengths differ) with
@@ -40,13 +45,16 @@ MIN_WINDOW = 20
 
 def add_parser(sub: Any) -> None:
     """Register `journal export|drift` on the main parser's subparsers."""
-    p = sub.add_parser("journal", help="decision journal: export a dataset, check for drift",
+    p = sub.add_parser("journal", help="decision journal: export a dataset, check for drift, "
+                                       "episodes and labels",
                        description=__doc__.splitlines()[0])
     jsub = p.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
     exp = jsub.add_parser("export", help="write the decisions as a training dataset (.npz)")
     drift = jsub.add_parser("drift", help="KL divergence of the action distribution between the "
                                           "newest window and the one before it")
-    for q in (exp, drift):
+    from edge_agent.journal_labels_cli import add_parsers
+
+    for q in (exp, drift, *add_parsers(jsub)):
         q.add_argument("--state-dir", required=True, metavar="D",
                        help="the daemon's state_dir (the journal is D/journal)")
         q.add_argument("--json", action="store_true",
@@ -64,6 +72,10 @@ def run(a: argparse.Namespace) -> int:
     from edge_agent.store.decisions import journal_dir, read_decisions
 
     directory = journal_dir(a.state_dir)
+    if a.journal_command in ("episodes", "label", "labels"):
+        from edge_agent.journal_labels_cli import run as run_labels
+
+        return run_labels(a, directory, a.json or not sys.stdout.isatty())
     if not directory.is_dir():
         print(f"error: no decision journal in {directory}", file=sys.stderr)
         return EXIT_USAGE

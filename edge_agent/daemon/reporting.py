@@ -128,7 +128,9 @@ class DaemonReports:
         j = self._decisions_journal
         if j is None:
             return []
-        return [{"t_s": round(x.t, 4), "state": x.state, "action": x.action,
+        # task_id and step: what a person gives `journal.label` to label one of them
+        return [{"t_s": round(x.t, 4), "task_id": x.task_id, "step": x.step,
+                 "state": x.state, "action": x.action,
                  "backend": x.backend, "outcome": x.outcome, "accepted": x.accepted,
                  "latency_ms": round(x.latency_ms, 3) if math.isfinite(x.latency_ms) else None}
                 for x in j.recent(DECISIONS_IN_REPORT)]

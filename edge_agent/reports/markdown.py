@@ -115,7 +115,9 @@ def _window(window: Mapping[str, Any] | None, max_rows: int, plot_name: str | No
 def _decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     if not decisions:
         return ["No policy decisions were journaled before this report."]
-    cols = ("t_s", "state", "action", "backend", "latency_ms", "outcome", "accepted")
+    # task_id and step name a decision for `journal.label` / `edge-agent journal label`
+    cols = ("t_s", "task_id", "step", "state", "action", "backend", "latency_ms", "outcome",
+            "accepted")
     return _table(cols, [[_t(d.get(c)) if c == "t_s" else _num(d.get(c)) if c == "latency_ms"
                           else _value(d.get(c))
                           for c in cols] for d in decisions])
