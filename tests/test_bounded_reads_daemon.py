@@ -1,0 +1,114 @@
+"""No peer makes a real daemon allocate without bound (issue 27 item 1).
+
+A webhook answering 200 with a 400 MB body, and a 150 MB publish on a command topic through a
+broker without a size limit: the daemon's peak RSS (VmHWM) stays under 200 MB, it still answers
+`status`, and what it owed is not lost (the report is on disk and on MQTT; an oversized command is
+refused). The peers are real: an HTTP server thread streaming the body lazily, a private
+Mosquitto with no `max_packet_size`/`message_size_limit`, a raw-socket MQTT publisher.
+Measured (see the commit messages for the before/after figures): the daemon's VmHWM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from daemon_proc import DaemonProc
+from hostile_peers import FloodHTTP, peak_rss_mb, publish_raw
+from mosquitto import Mosquitto, Probe, wait_until
+
+RSS_CAP_MB = 200.0
+TOKEN = "wecomkey-bounded-0001"
+
+
+def _pid(d: DaemonProc) -> int:
+    assert d.proc is not None
+    return d.proc.pid
+
+
+def test_a_webhook_streaming_400_mb_fails_the_delivery_with_a_reason(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    flood = FloodHTTP(400 * 1024 * 1024)
+    operator = Probe(broker, "operator", "operator-pw")
+    operator.connect()
+    operator.subscribe("edge/dev1/report")
+    d = DaemonProc(tmp_path, broker, extra=(
+        f'reports.webhook_url="{flood.url(TOKEN)}"', "reports.retry_min_s=60",
+        "reports.retry_max_s=60", "health.period_s=3600")).start()
+    try:
+        d.wait_ready()
+        before = peak_rss_mb(_pid(d))
+        assert d.socket_cmd("estop")["ok"]
+
+        def failed() -> bool:
+            st = d.socket_cmd("status")["result"]["reports"]
+            return st["failed_attempts"].get("webhook", 0) >= 1
+
+        wait_until(failed, 60, "the webhook delivery to fail")
+        st = d.socket_cmd("status")["result"]
+        peak = peak_rss_mb(_pid(d))
+        print(f"webhook flood: daemon VmHWM {before:.0f} MB before, {peak:.0f} MB after; "
+              f"server sent {[round(s / 2**20, 1) for s in flood.sent]} MiB")
+        reason = st["reports"]["last_error"]["webhook"]
+        assert "answer over 4096 bytes" in reason, reason
+        assert TOKEN not in json.dumps(st)
+        assert peak < RSS_CAP_MB
+        # the connection was closed unread: the server got nowhere near the whole body out
+        assert flood.sent and max(flood.sent) < 64 * 2**20, flood.sent
+        # nothing lost: the report is on disk and on MQTT
+        on_disk = [json.loads(p.read_text()) for p in (d.state_dir / "reports").glob("*.json")]
+        assert [r["kind"] for r in on_disk] == ["estop"]
+        msg = operator.expect("edge/dev1/report", timeout=30)
+        assert json.loads(msg.payload)["id"] == on_disk[0]["id"]
+    finally:
+        d.stop()
+        flood.stop()
+        operator.close()
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
+        tmp_path: Path, broker: Mosquitto, protocol: str) -> None:
+    operator = Probe(broker, "operator", "operator-pw")
+    operator.connect()
+    operator.subscribe("edge/dev1/reply/#")
+    d = DaemonProc(tmp_path, broker, extra=(f'mqtt.protocol="{protocol}"',
+                                            "health.period_s=3600")).start()
+    try:
+        d.wait_ready()
+        wait_until(lambda: d.socket_cmd("status")["result"]["mqtt_connected"], 30,
+                   "the daemon on MQTT")
+        before = peak_rss_mb(_pid(d))
+        head = b'{"v":1,"id":"huge-1","pad":"'
+        publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
+                    head, 150 * 1024 * 1024)
+        # a command just over the daemon's payload limit still gets its `too_large` reply
+        publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
+                    b'{"v":1,"id":"big-2","pad":"', 100 * 1024)
+        wait_until(lambda: _reply(operator, "big-2") is not None, 30, "too_large for big-2")
+        # and the daemon still answers over MQTT
+        operator.publish("edge/dev1/cmd/status", json.dumps({"v": 1, "id": "after-3"}), qos=1)
+        wait_until(lambda: _reply(operator, "after-3") is not None, 30, "status after")
+        peak = peak_rss_mb(_pid(d))
+        print(f"150 MB command over MQTT {protocol}: daemon VmHWM {before:.0f} MB before, "
+              f"{peak:.0f} MB after")
+        assert peak < RSS_CAP_MB
+        assert _REPLIES["big-2"]["error"]["code"] == "too_large"
+        assert _REPLIES["after-3"]["ok"]
+        assert "huge-1" not in _REPLIES  # refused by the broker (5) or by the daemon (3.1.1)
+        assert d.socket_cmd("status")["ok"]
+    finally:
+        d.stop()
+        operator.close()
+        _REPLIES.clear()
+
+
+_REPLIES: dict[str, dict[str, object]] = {}
+
+
+def _reply(probe: Probe, cid: str) -> dict[str, object] | None:
+    while not probe.messages.empty():
+        p = json.loads(probe.messages.get_nowait().payload)
+        _REPLIES[str(p.get("id"))] = p
+    return _REPLIES.get(cid)
