@@ -83,6 +83,11 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
         head = b'{"v":1,"id":"huge-1","pad":"'
         publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
                     head, 150 * 1024 * 1024)
+        if protocol == "3.1.1":  # the broker cannot be told: the daemon drops the connection
+            wait_until(lambda: bool(d.events("mqtt_packet_too_large")), 30, "the refusal")
+            wait_until(lambda: len(d.events("mqtt_connected")) >= 2
+                       and d.socket_cmd("status")["result"]["mqtt_connected"], 30, "reconnected")
+            assert d.events("mqtt_packet_too_large")[0]["bytes"] > 150 * 2**20
         # a command just over the daemon's payload limit still gets its `too_large` reply
         publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
                     b'{"v":1,"id":"big-2","pad":"', 100 * 1024)
@@ -97,6 +102,9 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
         assert _REPLIES["big-2"]["error"]["code"] == "too_large"
         assert _REPLIES["after-3"]["ok"]
         assert "huge-1" not in _REPLIES  # refused by the broker (5) or by the daemon (3.1.1)
+        if protocol == "5":  # the broker kept it: the daemon neither saw it nor reconnected
+            assert not d.events("mqtt_packet_too_large")
+            assert len(d.events("mqtt_connected")) == 1
         assert d.socket_cmd("status")["ok"]
     finally:
         d.stop()
