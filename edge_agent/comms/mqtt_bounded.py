@@ -10,7 +10,7 @@ publish on a command topic out of the daemon's memory (a 150 MB one took it from
   fixed header, and when the length it announces is over the bound it drops the connection
   without reading the rest (MQTT 5 calls a packet over the client's maximum a protocol error
   too); paho then reconnects with a clean session, so the message is gone. The broker's own
-  limit (`message_size_limit` in docs/mosquitto/mosquitto.conf, checked by `edge-agent doctor`)
+  limit (`max_packet_size` in docs/mosquitto/mosquitto.conf, checked by `edge-agent doctor`)
   keeps such a publish from ever reaching the daemon and costing it that reconnect.
 
 paho has no public hook for a read limit: the guard sits at its lowest seam, `_sock_recv`.
@@ -29,7 +29,7 @@ from edge_agent.log import get_logger
 _log = get_logger(__name__)
 
 # 256 KiB: a 64 KiB command (+ up to 64 KiB topic, properties) with room to answer `too_large`
-# for anything the documented broker limit (message_size_limit 131072) lets through.
+# for what the documented broker limit (max_packet_size 262144) lets through.
 MAX_PACKET_BYTES = 256 * 1024
 
 
@@ -47,7 +47,7 @@ class BoundedClient(paho.Client):
                 self.refused_packets += 1
                 _log.error("mqtt_packet_too_large", bytes=size, limit=self.max_packet,
                            packet_type=int(pkt["command"]) >> 4,
-                           action="connection dropped unread; the broker's message_size_limit "
+                           action="connection dropped unread; the broker's max_packet_size "
                                   "would have refused it (docs/INSTALL.md)")
                 raise OSError(f"MQTT packet of {size} bytes over the limit {self.max_packet}")
         return super()._sock_recv(bufsize)
