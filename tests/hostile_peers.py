@@ -113,3 +113,44 @@ def publish_raw(host: str, port: int, user: str, password: str, topic: str,
             s.sendall(piece)
             left -= len(piece)
         s.sendall(b"\xe0\x00")
+
+
+class FloodUnix:
+    """A Unix stream server at `path` that reads one request line and answers with a line of
+    `line_bytes` that never ends (no newline), streamed lazily; `sent` per connection."""
+
+    def __init__(self, path: Path, line_bytes: int) -> None:
+        self.line_bytes = line_bytes
+        self.sent: list[int] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(8)
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(30)
+            conn.makefile("rb").readline(65536)
+            sent = 0
+            self.sent.append(0)
+            try:
+                conn.sendall(b'{"ok": true, "pad": "')
+                while sent < self.line_bytes and not self._stop.is_set():
+                    piece = _PIECE[:self.line_bytes - sent]
+                    conn.sendall(piece)
+                    sent += len(piece)
+            finally:
+                self.sent[-1] = sent
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._sock.close()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from daemon_proc import DaemonProc
-from hostile_peers import FloodHTTP, peak_rss_mb, publish_raw
+from hostile_peers import FloodHTTP, FloodUnix, peak_rss_mb, publish_raw
 from mosquitto import Mosquitto, Probe, wait_until
 
 RSS_CAP_MB = 200.0
@@ -120,3 +120,27 @@ def _reply(probe: Probe, cid: str) -> dict[str, object] | None:
         p = json.loads(probe.messages.get_nowait().payload)
         _REPLIES[str(p.get("id"))] = p
     return _REPLIES.get(cid)
+
+
+def test_a_rig_socket_streaming_a_300_mb_line_is_an_error_reply(tmp_path: Path) -> None:
+    d = DaemonProc(tmp_path, None, extra=("health.period_s=3600",)).start()
+    flood = None
+    try:
+        d.wait_ready()
+        wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
+        before = peak_rss_mb(_pid(d))
+        # whatever is bound at the rig's path now answers (the rig keeps its pty and socket)
+        (d.state_dir / "rig.sock").unlink()
+        flood = FloodUnix(d.state_dir / "rig.sock", 300 * 1024 * 1024)
+        reply = d.socket_cmd("failure.inject", {"target": "gripper", "mode": "weak_close"})
+        peak = peak_rss_mb(_pid(d))
+        print(f"rig socket flood: daemon VmHWM {before:.0f} MB before, {peak:.0f} MB after; "
+              f"the peer sent {[round(s / 2**20, 1) for s in flood.sent]} MiB")
+        assert not reply["ok"]
+        assert "reply over 1048576 bytes" in reply["error"]["message"], reply
+        assert peak < RSS_CAP_MB
+        assert d.socket_cmd("status")["ok"]
+    finally:
+        d.stop()
+        if flood is not None:
+            flood.stop()
