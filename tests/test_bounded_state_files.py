@@ -71,3 +71,12 @@ def test_a_dedup_log_over_the_bound_is_an_empty_window_with_a_warning(
     assert len(dedup.JsonFileDedupStore(path).load()) == 1  # an ordinary file: untouched
     monkeypatch.setattr(dedup, "DEDUP_MAX_BYTES", path.stat().st_size - 1)
     assert dedup.JsonFileDedupStore(path).load() == []
+
+
+def test_a_model_card_over_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    from edge_agent.inference.model_card import CARD_MAX_BYTES, ModelCard, ModelError
+
+    card = tmp_path / "m.card.json"
+    _grow(card, 256 << 20)
+    with pytest.raises(ModelError, match=f"over {CARD_MAX_BYTES} bytes"):
+        ModelCard.load(card)
