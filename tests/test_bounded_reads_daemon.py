@@ -144,3 +144,32 @@ def test_a_rig_socket_streaming_a_300_mb_line_is_an_error_reply(tmp_path: Path) 
         d.stop()
         if flood is not None:
             flood.stop()
+
+
+def test_a_300_mb_line_on_the_control_socket_is_too_large(tmp_path: Path) -> None:
+    import socket
+
+    d = DaemonProc(tmp_path, None, extra=("health.period_s=3600",)).start()
+    try:
+        d.wait_ready()
+        before = peak_rss_mb(_pid(d))
+        sent = 0
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(str(d.state_dir / "control.sock"))
+            piece = b'{"cmd": "status", "v": 1, "pad": "' + b"x" * (1 << 20)
+            try:
+                while sent < 300 * 2**20:
+                    s.sendall(piece)
+                    sent += len(piece)
+            except OSError:  # the daemon answered and closed: the rest is never read
+                pass
+            reply = json.loads(s.makefile("rb").readline(65536))
+        peak = peak_rss_mb(_pid(d))
+        print(f"control socket flood: daemon VmHWM {before:.0f} MB before, {peak:.0f} MB "
+              f"after; {sent / 2**20:.0f} MiB sent")
+        assert reply["error"]["code"] == "too_large", reply
+        assert sent < 64 * 2**20 and peak < RSS_CAP_MB
+        assert d.socket_cmd("status")["ok"]
+    finally:
+        d.stop()
