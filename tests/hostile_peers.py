@@ -99,7 +99,8 @@ def publish_raw(host: str, port: int, user: str, password: str, topic: str,
     """One MQTT 3.1.1 QoS 0 PUBLISH of `payload_bytes` (starting with `payload_head`, padded
     with spaces) through a plain socket: CONNECT, CONNACK, PUBLISH, DISCONNECT."""
     with socket.create_connection((host, port), timeout=timeout) as s:
-        var = _utf8("MQTT") + bytes([4, 0xC2]) + (30).to_bytes(2, "big")
+        var = _utf8("MQTT") + bytes([4, 0xC2]) + (0).to_bytes(2, "big")  # no keepalive: a slow
+        # transfer on a loaded machine must not be cut by the broker
         body = var + _utf8(f"raw-{user}") + _utf8(user) + _utf8(password)
         s.sendall(bytes([0x10]) + _varint(len(body)) + body)
         connack = s.recv(4)

@@ -40,13 +40,15 @@ class BoundedClient(paho.Client):
     refused_packets = 0  # packets refused (a counter per client once one is refused)
 
     def _sock_recv(self, bufsize: int) -> bytes:
-        pkt = self._in_packet
-        if pkt["have_remaining"]:
-            size = 1 + len(pkt["remaining_count"]) + int(pkt["remaining_length"])
+        # .get: a paho whose packet state differs loses the guard, never the connection
+        # (tests/test_bounded_reads_daemon.py's 3.1.1 case then fails)
+        pkt: dict[str, Any] = getattr(self, "_in_packet", None) or {}
+        if pkt.get("have_remaining"):
+            size = 1 + len(pkt.get("remaining_count", ())) + int(pkt.get("remaining_length", 0))
             if size > self.max_packet:
                 self.refused_packets += 1
                 _log.error("mqtt_packet_too_large", bytes=size, limit=self.max_packet,
-                           packet_type=int(pkt["command"]) >> 4,
+                           packet_type=int(pkt.get("command", 0)) >> 4,
                            action="connection dropped unread; the broker's max_packet_size "
                                   "would have refused it (docs/INSTALL.md)")
                 raise OSError(f"MQTT packet of {size} bytes over the limit {self.max_packet}")
