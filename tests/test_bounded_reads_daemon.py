@@ -73,7 +73,10 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
     operator = Probe(broker, "operator", "operator-pw")
     operator.connect()
     operator.subscribe("edge/dev1/reply/#")
-    d = DaemonProc(tmp_path, broker, extra=(f'mqtt.protocol="{protocol}"',
+    # keepalive 30 s (DaemonProc's 2 s is for tests of a lost broker): a broker busy taking
+    # in 150 MB on a loaded machine may answer a PINGREQ late, and the daemon would reconnect
+    # meanwhile (clean session: the publish then never reaches it either way)
+    d = DaemonProc(tmp_path, broker, extra=(f'mqtt.protocol="{protocol}"', "mqtt.keepalive_s=30",
                                             "health.period_s=3600")).start()
     try:
         d.wait_ready()
