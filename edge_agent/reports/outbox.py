@@ -34,11 +34,14 @@ from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
 from edge_agent.reports.record import Report, is_report_id
 from edge_agent.store import json_pieces
-from edge_agent.store.atomic import remove_durably, write_atomic
+from edge_agent.store.atomic import read_capped, remove_durably, write_atomic
 from edge_agent.vocab import EventType
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
+# An entry is ~50 KB (the record with its raw sensor window, the Markdown); a file past this is
+# set aside as corrupt, not read: at most `max_entries` of them are held.
+ENTRY_MAX_BYTES = 4 << 20
 PENDING, DONE, MERGED = "pending", "done", "merged"
 
 
@@ -195,12 +198,12 @@ class Outbox:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         with contextlib.suppress(OSError, ValueError, TypeError):
-            self.dropped = int(json.loads((self.dir / STATE_NAME).read_text())["dropped"])
+            self.dropped = int(json.loads(read_capped(self.dir / STATE_NAME, 64 << 10))["dropped"])
         for path in sorted(self.dir.glob("*.json")):
             if not is_report_id(path.stem):
                 continue
             try:
-                entry = Entry.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                entry = Entry.from_dict(json.loads(read_capped(path, ENTRY_MAX_BYTES)))
                 for s in self.sinks:  # a sink added since: deliver there too
                     entry.sinks.setdefault(s.name, {"state": PENDING, "attempts": 0})
                 self._entries[entry.id] = entry
