@@ -184,6 +184,11 @@ def test_export_reads_back_in_the_lerobot_v3_layout(tmp_path: Path) -> None:
         assert {cat[r["episode.outcome"]] for r in rows} == {ep["outcome"]}
         for stat in STATS:  # per-episode stats
             assert f"stats/observation.state/{stat}" in ep
+        obs = np.array([r["observation.state"] for r in rows], dtype=np.float64)
+        for stat, want in (("mean", obs.mean(0)), ("std", obs.std(0)), ("min", obs.min(0)),
+                           ("q10", np.quantile(obs, 0.1, axis=0)), ("q50", np.median(obs, 0))):
+            np.testing.assert_allclose(ep[f"stats/observation.state/{stat}"], want, rtol=1e-9)
+        assert ep["stats/next.done/count"] == [ep["length"]]
 
     verdicts = feats["label.step"]["categories"]
     job1 = data[episodes[1]["dataset_from_index"]:episodes[1]["dataset_to_index"]]
@@ -290,3 +295,30 @@ def test_pyarrow_stays_out_of_the_daemon(tmp_path: Path) -> None:
     runtime = [re.split(r"[<>=!~;\[ ]", d)[0].lower() for d in project["dependencies"]]
     assert "numpy" in runtime and "pyarrow" not in runtime
     assert any(d.startswith("pyarrow") for d in project["optional-dependencies"]["dataset"])
+
+
+def _lerobot_python() -> str | None:
+    """A Python with lerobot: this one, or $EDGE_AGENT_LEROBOT_PYTHON (lerobot pulls in torch,
+    which the project's environment does not carry; docs/FLYWHEEL.md)."""
+    import importlib.util
+
+    if importlib.util.find_spec("lerobot") is not None:
+        return sys.executable
+    return os.environ.get("EDGE_AGENT_LEROBOT_PYTHON") or None
+
+
+def test_lerobot_loads_the_export(tmp_path: Path) -> None:
+    python = _lerobot_python()
+    if python is None:
+        pytest.skip("lerobot is not installed here (set EDGE_AGENT_LEROBOT_PYTHON to a Python "
+                    "that has it; docs/FLYWHEEL.md)")
+    _journal(tmp_path / "state")
+    _export(tmp_path / "state", tmp_path / "ds")
+    res = subprocess.run([python, "-m", "hil.load_lerobot", str(tmp_path / "ds")],
+                         capture_output=True, text=True, cwd=REPO, timeout=300, check=False,
+                         env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1",
+                              "HF_HOME": str(tmp_path / "hf")})
+    assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (out["frames"], out["episodes"], out["problems"]) == (107, 4, [])
+    assert out["tasks"] == ["pick_and_place", "stack"]
