@@ -322,3 +322,33 @@ def test_lerobot_loads_the_export(tmp_path: Path) -> None:
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert (out["frames"], out["episodes"], out["problems"]) == (107, 4, [])
     assert out["tasks"] == ["pick_and_place", "stack"]
+
+
+def test_a_task_resumed_after_a_restart_and_a_dropped_decision(tmp_path: Path) -> None:
+    """A resumed task starts again at step 0 and its record counts the decisions since: the part
+    before the restart is left out as incomplete; so is an episode missing a decision."""
+    state = tmp_path / "state"
+    r = Robot(state)
+    r.task("ok-0", 8)
+    r.task("job-9", 10, None)  # the daemon dies mid-task
+    r.dj.stop()
+    r2 = Robot(state, seed=2)  # a new boot: a fresh journal writer and mark; the task resumes
+    r2.mark.follow({"type": EventType.TASK_RESUMED, "task_id": "job-9"})
+    r2.task("job-9", 6)  # TASK_STARTED of the same id again is what the record path sees
+    r2.mark.follow({"type": EventType.TASK_STARTED, "task_id": "gap-1"})
+    r2.decide("gap-1")
+    r2.mark.take("onnx-cpu")  # a decision the full queue dropped: its step is gone
+    for _ in range(3):
+        r2.decide("gap-1")
+    r2.mark.follow({"type": EventType.TASK_DONE, "task_id": "gap-1"})
+    n, _ = r2.mark.counts("gap-1")
+    assert n == 5
+    assert r2.dj.flush(10) and r2.dj.record_episode({"task_id": "gap-1", "task": "p",
+                                                     "outcome": "success", "decisions": n})
+    r2.dj.stop()
+    summary = _export(state, tmp_path / "ds")
+    assert summary["episodes"] == 2 and summary["frames"] == 8 + 6
+    assert summary["left_out"]["incomplete"] == 10 + 4 and summary["left_out"]["running"] == 0
+    eps = pq.read_table(tmp_path / "ds/meta/episodes/chunk-000/file-000.parquet")
+    assert eps.column("task_id").to_pylist() == ["ok-0", "job-9"]
+    assert eps.column("length").to_pylist() == [8, 6]

@@ -7,7 +7,9 @@ cannot use are left out and counted by reason (`LEFT_OUT`):
     no_task            made outside a task (format 1, or before episodes existed)
     running            the task has no episode record yet (still running, or the daemon died)
     incomplete         steps not 0..n-1, or fewer than the record's `decisions` (the journal's
-                       oldest segment was deleted under its bound, or the queue dropped one)
+                       oldest segment was deleted under its bound, or the queue dropped one), or
+                       the part of a task before a restart (a resumed task starts again at step
+                       0 and its record counts the decisions after the resume)
     obs_dim            an observation of another length than the dataset's
     no_decisions       (episode records) a record without any decision left in the journal
 
@@ -80,20 +82,24 @@ def gather(directory: Path, obs_names: Sequence[str] | None = None,
     for r in records:
         recs[r["task_id"]].append(r)
     paired: list[Episode] = []
+    unpaired_records = 0
     for tid, task_runs in runs.items():
-        mine = recs.get(tid, [])
-        for i, run in enumerate(task_runs):
-            if i >= len(mine):
-                out.left_out["running"] += len(run)
+        nxt = 0  # each record takes the first later run that fits it; runs skipped are cut
+        for rec in recs.get(tid, []):
+            k = next((k for k in range(nxt, len(task_runs)) if _fits(task_runs[k], rec)), None)
+            if k is None:  # its decisions are there but broken (or gone: no_decisions)
+                if nxt < len(task_runs):
+                    out.left_out["incomplete"] += len(task_runs[nxt])
+                    nxt += 1
+                else:
+                    unpaired_records += 1
                 continue
-            want = mine[i].get("decisions")
-            if [d.step for d in run] != list(range(len(run))) or (
-                    isinstance(want, int) and want != len(run)):
-                out.left_out["incomplete"] += len(run)
-                continue
-            paired.append(Episode(mine[i], tuple(run)))
-    out.left_out["no_decisions"] = sum(max(0, len(v) - len(runs.get(k, ()))) for k, v in
-                                       recs.items())
+            out.left_out["incomplete"] += sum(len(r) for r in task_runs[nxt:k])
+            paired.append(Episode(rec, tuple(task_runs[k])))
+            nxt = k + 1
+        out.left_out["running"] += sum(len(r) for r in task_runs[nxt:])
+    unpaired_records += sum(len(v) for k, v in recs.items() if k not in runs)
+    out.left_out["no_decisions"] = unpaired_records
     dims = Counter(len(e.decisions[0].observation) for e in paired)
     if obs_names is None:
         default = tuple(f.name for f in OBS_FIELDS)
@@ -110,6 +116,13 @@ def gather(directory: Path, obs_names: Sequence[str] | None = None,
         names += sorted({d.action for d in e.decisions if d.action and d.action not in names})
     out.action_names = tuple(names)
     return out
+
+
+def _fits(run: list[Decision], rec: Mapping[str, Any]) -> bool:
+    """The run is the whole episode the record closed: steps 0..n-1, as many as it counted."""
+    want = rec.get("decisions")
+    return [d.step for d in run] == list(range(len(run))) and (
+        not isinstance(want, int) or want == len(run))
 
 
 def _codes(values: Sequence[str | None], vocab: list[str]) -> list[int]:
