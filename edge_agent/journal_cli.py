@@ -117,6 +117,9 @@ def _export(a: argparse.Namespace, directory: Path, as_json: bool) -> int:
     from edge_agent.dataset.episodes import gather, measured_fps
     from edge_agent.dataset.lerobot import write_dataset
 
+    if a.fps is not None and a.fps < 1:
+        print("error: --fps must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
     t0 = time.monotonic()
     obs_names: tuple[str, ...] | None = None
     action_names: tuple[str, ...] = ()

@@ -278,6 +278,8 @@ def test_the_card_names_the_columns_and_nothing_to_export_is_an_error(tmp_path: 
     assert not (tmp_path / "x").exists()
     res = _cli("export", "--state-dir", str(tmp_path / "nothing"), "--out", str(tmp_path / "x"))
     assert res.returncode == 2 and "no decision journal" in res.stderr
+    res = _cli("export", "--state-dir", str(state), "--out", str(tmp_path / "x"), "--fps", "0")
+    assert res.returncode == 2 and "--fps" in res.stderr and not (tmp_path / "x").exists()
 
 
 def test_pyarrow_stays_out_of_the_daemon(tmp_path: Path) -> None:
