@@ -4,23 +4,37 @@ bounded, last one wins, a torn tail repaired, two processes appending at once)."
 
 from __future__ import annotations
 
+import json
 import math
 import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from config_helpers import load
 
+from edge_agent.commands import CommandAPI, ErrorCode, Mode
+from edge_agent.daemon.comms_hub import CommsHub
+from edge_agent.daemon.episodes import Episodes
 from edge_agent.store.decisions import (
     DecisionJournal,
     decode_decision,
     encode_decision,
+    journal_dir,
     read_decisions,
 )
-from edge_agent.store.episodes import EpisodeMark, episode_index, read_episodes
+from edge_agent.store.episodes import (
+    EpisodeLookup,
+    EpisodeMark,
+    encode_episode,
+    episode_index,
+    episodes_journal,
+    read_episodes,
+)
 from edge_agent.store.journal import Journal
 from edge_agent.store.labels import (
     LABELS_NAME,
@@ -148,17 +162,16 @@ def test_a_torn_label_tail_is_cut_and_earlier_labels_survive(tmp_path: Path) -> 
     labels.append({"task_id": "t", "verdict": "correct"})
     seg = Journal(tmp_path, LABELS_NAME).segments()[-1]
     whole = seg.read_bytes()
-    labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
-    full = seg.stat().st_size
-    for cut in (len(whole) + 1, len(whole) + 8, full - 1):  # a crash mid-append
+    for into in (1, 8, -1):  # a crash mid-append: 1 or 8 bytes in, or 1 byte short
+        labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
+        full = seg.stat().st_size  # (the record's length varies with its wall time)
         with open(seg, "r+b") as f:
-            f.truncate(cut)
+            f.truncate(len(whole) + into if into > 0 else full + into)
         assert [r["verdict"] for r in read_labels(tmp_path)] == ["correct"]
         labels.append({"task_id": "t", "verdict": "needs_work"})  # repairs, then appends
         assert [r["verdict"] for r in read_labels(tmp_path)] == ["correct", "needs_work"]
         with open(seg, "r+b") as f:  # back to one label for the next cut
             f.truncate(len(whole))
-        labels.append({"task_id": "t", "verdict": "wrong", "note": "x" * 100})
 
 
 def test_two_processes_labelling_at_once_lose_nothing(tmp_path: Path) -> None:
@@ -178,3 +191,101 @@ def test_two_processes_labelling_at_once_lose_nothing(tmp_path: Path) -> None:
         assert [r["step"] for r in recs if r["task_id"] == f"t-{n}"] == list(range(60))
     j = Journal(tmp_path, LABELS_NAME)
     assert len(list(j.iter_records())) == 120 and j.corrupt_skipped == 0
+
+
+def test_the_daemon_folds_a_tasks_events_into_its_episode_record(tmp_path: Path) -> None:
+    """`Episodes` (daemon/episodes.py) with the real CommsHub's listeners and CommandAPI: the
+    events of a task with a retry, a stop, a resume and the L3 verdict, degradation modes
+    entered before and during it, and the labels it then takes."""
+    cfg = load(tmp_path, {"": {"state_dir": json.dumps(str(tmp_path / "state"))}})
+    comms = CommsHub(cfg, "boot-1", on_estop=lambda c: None, state=dict, telemetry=dict,
+                     spawn=lambda *a, **k: None)
+    model = {"model": {"name": "policy", "version": "1.2.0", "sha256": "ab" * 32},
+             "backend_in_use": "local"}
+    api = CommandAPI(lambda: Mode.IDLE)
+    eps = Episodes(cfg, comms, "boot-1")
+    control = SimpleNamespace(episode=None)
+    eps.attach(control, lambda: model, api)  # type: ignore[arg-type]
+    assert control.episode is eps.mark and eps.decisions is not None
+    assert eps.decisions.open() is not None
+
+    def executor(ev: dict[str, Any]) -> None:  # what the control path, then the main thread do
+        eps.mark.follow(ev)
+        comms.event(ev)
+
+    try:
+        comms.event({"type": EventType.DEGRADED, "mode": "cpu_inference"})
+        executor({"type": EventType.TASK_STARTED, "task_id": "job-1", "task": "pick_place"})
+        for i in range(3):
+            eps.decisions.record(_decision(i, "local"))
+        executor({"type": EventType.ATTEMPT_FAILED, "task_id": "job-1", "verdict": "retry",
+                  "l3_count": 1})
+        executor({"type": EventType.TASK_FROZEN, "task_id": "job-1", "stop": "protective_stop",
+                  "cause": "collision", "state": "grasp"})
+        comms.event({"type": EventType.RECOVERED, "mode": "cpu_inference"})
+        comms.event({"type": EventType.DEGRADED, "mode": "sensor_predicted"})
+        executor({"type": EventType.TASK_RESUMED, "task_id": "job-1", "state": "grasp"})
+        eps.decisions.record(_decision(3, "rule"))
+        executor({"type": EventType.ATTEMPT_FAILED, "task_id": "job-1",
+                  "verdict": "diagnostic", "l3_count": 5})
+        executor({"type": EventType.TASK_DONE, "task_id": "job-1", "outcome": "failed",
+                  "message": "5 failed attempts in a row: diagnostic", "attempts": 4,
+                  "duration_s": 7.5})
+        executor({"type": EventType.TASK_STARTED, "task_id": "job-2", "task": "pick_place"})
+        executor({"type": EventType.TASK_DONE, "task_id": "job-2", "outcome": "success",
+                  "attempts": 6, "duration_s": 3.0})
+        assert eps.decisions.flush(5.0)
+        (ep, ep2) = list(read_episodes(journal_dir(cfg.state_dir)))
+        assert {k: ep[k] for k in ("task_id", "outcome", "l1", "l2", "l3", "l3_count",
+                                   "stop_cause", "attempts", "decisions", "backends",
+                                   "degraded", "policy", "boot_id", "resumed")} == {
+            "task_id": "job-1", "outcome": "failed", "l1": 2, "l2": 1, "l3": True,
+            "l3_count": 5, "stop_cause": "collision", "attempts": 4, "decisions": 4,
+            "backends": {"local": 3, "rule": 1}, "degraded": ["cpu_inference",
+                                                                "sensor_predicted"],
+            "policy": "local", "boot_id": "boot-1", "resumed": False}
+        assert ep["stops"] == [{"stop": "protective_stop", "cause": "collision",
+                                "state": "grasp"}]
+        assert ep["model"] == model["model"] and ep["duration_s"] == 7.5
+        assert (ep2["task_id"], ep2["decisions"], ep2["degraded"], ep2["l3"]) == (
+            "job-2", 0, ["sensor_predicted"], False)
+
+        def label(**args: Any) -> Any:
+            return api.handle("journal.label", {"v": 1, "id": f"l-{len(args)}-{args}",
+                                                **args}, source="test")
+
+        assert label(task_id="job-1", verdict="wrong", step=3).ok
+        r = label(task_id="job-1", verdict="wrong", step=4)
+        assert not r.ok and r.error.code is ErrorCode.BAD_ARGS and "out of range" in \
+            r.error.message
+        r = label(task_id="job-3", verdict="correct")
+        assert not r.ok and "unknown task_id 'job-3'" in r.error.message
+    finally:
+        eps.decisions.stop()
+    # the next boot knows the episodes on disk (read once, on its first label)
+    again = Episodes(cfg, comms, "boot-2")
+    api2 = CommandAPI(lambda: Mode.RUNNING)  # admitted in every mode
+    again.attach(SimpleNamespace(episode=None), lambda: None, api2)  # type: ignore[arg-type]
+    assert again.known("job-2") == 0 and again.known("job-9") is None
+    r = api2.handle("journal.label", {"v": 1, "id": "n-1", "task_id": "job-2",
+                                      "verdict": "correct", "note": "clean"}, source="mqtt")
+    assert r.ok and r.result["label"]["by"] == "mqtt"
+    assert latest_labels(journal_dir(cfg.state_dir))[("job-2", None)]["note"] == "clean"
+
+
+def test_the_label_check_reads_the_newest_segments_first_and_each_once(tmp_path: Path) -> None:
+    j = episodes_journal(tmp_path)
+    j.open()
+    for i in range(1500):  # several 256 KiB segments
+        j.append(encode_episode({"task_id": f"t-{i}", "decisions": i % 7,
+                                 "pad": "p" * 400}), sync=False)
+    j.close()
+    segs = Journal(tmp_path, "episodes").segments()
+    assert len(segs) >= 3
+    lookup = EpisodeLookup(tmp_path)
+    assert lookup.steps("t-1499") == 1499 % 7
+    assert len(lookup._read) == 1  # a recent task: the newest segment only
+    assert lookup.steps("t-0") == 0 and lookup.steps("t-nope") is None
+    assert len(lookup._read) == len(segs)
+    segs[0].unlink()  # pruned (the journal is bounded): its episodes are gone for labels too
+    assert lookup.steps("t-0") is None and lookup.steps("t-1499") == 1499 % 7
