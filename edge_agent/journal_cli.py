@@ -1,6 +1,6 @@
 """`edge-agent journal`: the decision journal as a training dataset, and action-distribution drift.
 
-    edge-agent journal export   --state-dir D --out DIR [--card C] [--fps N] [--force]
+    edge-agent journal export   --state-dir D --out DIR [--card C] [--config C | --fps N]
     edge-agent journal drift    --state-dir D [--window N] [--threshold 0.15]
     edge-agent journal episodes --state-dir D [--last N]
     edge-agent journal label    --state-dir D TASK_ID VERDICT [--step N] [--note TEXT]
@@ -65,7 +65,10 @@ def add_parser(sub: Any) -> None:
                      help="the model card naming the observation fields and actions (default: "
                           "the executor's observation layout, which every card must match)")
     exp.add_argument("--fps", type=int, metavar="N",
-                     help="the decision rate (default: measured from the journal)")
+                     help="the decision rate (default: --config's control.decision_hz, else "
+                          "measured from the journal)")
+    exp.add_argument("--config", metavar="PATH",
+                     help="the daemon's config, read for control.decision_hz only")
     exp.add_argument("--force", action="store_true", help="replace DIR when it exists")
     drift.add_argument("--window", type=int, default=1000, metavar="N",
                        help="decisions per window (default: %(default)s)")
@@ -114,7 +117,7 @@ def _export(a: argparse.Namespace, directory: Path, as_json: bool) -> int:
         print("error: journal export needs pyarrow: pip install 'edge-agent[dataset]'",
               file=sys.stderr)
         return EXIT_USAGE
-    from edge_agent.dataset.episodes import gather, measured_fps
+    from edge_agent.dataset.episodes import config_fps, gather, measured_fps
     from edge_agent.dataset.lerobot import write_dataset
 
     if a.fps is not None and a.fps < 1:
@@ -140,12 +143,20 @@ def _export(a: argparse.Namespace, directory: Path, as_json: bool) -> int:
         print(f"error: the journal holds no finished episode (decisions left out: "
               f"{g.left_out})", file=sys.stderr)
         return EXIT_USAGE
-    fps = a.fps or measured_fps(g)
+    fps, fps_from = a.fps, "given"
+    if fps is None and a.config is not None:
+        try:
+            fps, fps_from = config_fps(Path(a.config)), f"control.decision_hz of {a.config}"
+        except (OSError, ValueError) as e:
+            print(f"error: --config {a.config}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    if fps is None:
+        fps, fps_from = measured_fps(g), "measured"
     models = {json.dumps(e.record.get("model"), sort_keys=True) for e in g.episodes}
     provenance = {"state_dir": str(a.state_dir), "exported_wall": round(time.time(), 3),
                   "card": cards[0] if cards else None,
                   "models": [json.loads(m) for m in sorted(models)],
-                  "fps": "given" if a.fps else "measured"}
+                  "fps": fps_from}
     try:
         rec = write_dataset(g, Path(a.out), fps, provenance, force=a.force)
     except FileExistsError as e:

@@ -254,7 +254,12 @@ def test_a_torn_tail_is_skipped_and_the_out_dir_is_never_half_written(tmp_path: 
     assert res.returncode == 2 and "exists" in res.stderr
     again = _export(state, out, "--force", "--fps", "10")
     assert again["fps"] == 10 and json.loads((out / "meta/info.json").read_text())["fps"] == 10
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "state"]  # no partial dirs
+    (tmp_path / "c.toml").write_text("schema_version = 1\n[control]\ndecision_hz = 25.0\n")
+    again = _export(state, out, "--force", "--config", str(tmp_path / "c.toml"))
+    assert again["fps"] == 25
+    prov = json.loads((out / "meta/edge_agent.json").read_text())
+    assert prov["fps"] == f"control.decision_hz of {tmp_path / 'c.toml'}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.toml", "ds", "state"]  # no partial
 
 
 def test_the_card_names_the_columns_and_nothing_to_export_is_an_error(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import MQTT_USERS
 from daemon_proc import REPO, DaemonProc
@@ -20,8 +21,9 @@ from edge_agent.store.decisions import journal_dir, read_decisions
 
 pq = pytest.importorskip("pyarrow.parquet")
 
-SLOW = tuple(f"executor.l1_timeouts_s.{s}=60" for s in (
-    "approach", "grasp", "lift", "transfer", "release", "retreat"))
+# about the export, not L1 nor the deadman: test_journal_label_daemon.py's settings and reason
+SLOW = (*(f"executor.l1_timeouts_s.{s}=60" for s in (
+    "approach", "grasp", "lift", "transfer", "release", "retreat")), "link.deadman_ms=1000")
 
 
 def _payload(msg: Any) -> dict[str, Any]:
@@ -67,7 +69,8 @@ def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -
             wait_until(recorded, 30, f"{job}'s episode record")
         assert _journal(sd, "label", "job-2", "wrong", "--step", "2").returncode == 0
 
-        res = _journal(sd, "export", "--out", str(tmp_path / "ds"))  # the daemon still runs
+        res = _journal(sd, "export", "--out", str(tmp_path / "ds"),  # the daemon still runs
+                       "--config", str(REPO / "configs/sim.toml"))
         assert res.returncode == 0, res.stderr
         summary = json.loads(res.stdout)
         st = d.socket_cmd("status")["result"]
@@ -94,8 +97,8 @@ def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -
         backends = info["features"]["decision.backend"]["categories"]
         assert {backends[r["decision.backend"]] for r in data} == {
             b for e in eps for b in json.loads(e["edge_agent_record"])["backends"]}
-        assert [r["observation.state"] for r in data[:3]] == pytest.approx(
-            [list(x.observation) for x in mine[:3]], rel=1e-6)
+        np.testing.assert_allclose([r["observation.state"] for r in data],
+                                   [x.observation for x in mine], rtol=1e-6)
     finally:
         d.stop()
         op.close()
