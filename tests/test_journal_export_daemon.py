@@ -1,11 +1,13 @@
 """Issue 28 item 3 on a real daemon (`--sim`, the trained model, a private broker): two tasks run,
 a person labels one, and `edge-agent journal export` writes the LeRobotDataset while the daemon
 keeps running — the daemon's journal stays on, its status answers, and the dataset holds both
-episodes with the daemon's real observations, backends, outcomes and the label."""
+episodes with the daemon's real observations, backends, outcomes and the label (and LeRobot
+loads it where lerobot is installed)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +38,16 @@ def _journal(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "edge_agent.cli", "journal", *args,
                            "--state-dir", str(state_dir), "--json"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
+
+
+def _lerobot_python() -> str | None:
+    """A Python with lerobot (test_journal_export.py's rule: this one or
+    $EDGE_AGENT_LEROBOT_PYTHON)."""
+    import importlib.util
+
+    if importlib.util.find_spec("lerobot") is not None:
+        return sys.executable
+    return os.environ.get("EDGE_AGENT_LEROBOT_PYTHON") or None
 
 
 def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -> None:
@@ -99,6 +111,14 @@ def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -
             b for e in eps for b in json.loads(e["edge_agent_record"])["backends"]}
         np.testing.assert_allclose([r["observation.state"] for r in data],
                                    [x.observation for x in mine], rtol=1e-6)
+        python = _lerobot_python()
+        if python is not None:  # where lerobot is installed, LeRobot itself loads it
+            res = subprocess.run([python, "-m", "hil.load_lerobot", str(out)], cwd=REPO,
+                                 capture_output=True, text=True, timeout=300,
+                                 env={**os.environ, "PYTHONPATH": str(REPO),
+                                      "HF_HOME": str(tmp_path / "hf")})
+            assert res.returncode == 0, res.stdout + res.stderr[-3000:]
+            assert json.loads(res.stdout.splitlines()[-1])["frames"] == len(mine)
     finally:
         d.stop()
         op.close()
