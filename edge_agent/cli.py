@@ -5,7 +5,7 @@
     edge-agent cmd NAME [JSON] [--config PATH | --device ID] [--json] [--timeout S]
     edge-agent status [--config PATH | --device ID] [--json]
     edge-agent doctor [--config PATH] [--json]
-    edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
+    edge-agent journal export --state-dir D --out DIR | journal drift --state-dir D
     edge-agent journal episodes|labels --state-dir D | journal label --state-dir D TASK VERDICT
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent model keygen --out KEY | model sign MODEL --key KEY | model verify MODEL ...
