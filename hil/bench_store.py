@@ -25,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edge_agent.policy_seam import OBS_FIELDS
+from edge_agent.store.crc32c import crc32c
 from edge_agent.store.decisions import DecisionJournal, encode_decision
 from edge_agent.store.episodes import EpisodeMark
-from edge_agent.store.journal import Journal, crc32c
+from edge_agent.store.journal import Journal
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from tiny_fs import tiny_fs
 
 from edge_agent.errors import StoreError
-from edge_agent.store.journal import MAGIC, Journal, JournalFull, crc32c
+from edge_agent.store.crc32c import crc32c
+from edge_agent.store.journal import MAGIC, Journal, JournalFull
 
 KILLS = int(os.environ.get("EDGE_CRASH_LOOPS", "200")) // 2
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
 from edge_agent.store.atomic import fsync_dir
+from edge_agent.store.crc32c import crc32c
 
 log = get_logger(__name__)
 
@@ -42,42 +43,6 @@ MAGIC = b"EAJRNL\x00\x01"
 _REC = struct.Struct("<II")
 _LEN = struct.Struct("<I")
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-
-# --------------------------------------------------------------------------- CRC-32C
-
-
-def _tables() -> tuple[tuple[int, ...], ...]:
-    t0 = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # Castagnoli, reflected
-        t0.append(c)
-    tabs = [t0]
-    for _ in range(7):
-        prev = tabs[-1]
-        tabs.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
-    return tuple(tuple(t) for t in tabs)
-
-
-_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7 = _tables()
-_U32X2 = struct.Struct("<II")
-
-
-def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC-32C (Castagnoli) of `data`, continuing from `crc` like `zlib.crc32` (slicing-by-8)."""
-    mv = memoryview(data).cast("B")
-    crc ^= 0xFFFFFFFF
-    n8 = len(mv) - len(mv) % 8
-    t0, t1, t2, t3, t4, t5, t6, t7 = _T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7
-    for lo, hi in _U32X2.iter_unpack(mv[:n8]):
-        lo ^= crc
-        crc = (t7[lo & 0xFF] ^ t6[(lo >> 8) & 0xFF] ^ t5[(lo >> 16) & 0xFF] ^ t4[lo >> 24]
-               ^ t3[hi & 0xFF] ^ t2[(hi >> 8) & 0xFF] ^ t1[(hi >> 16) & 0xFF] ^ t0[hi >> 24])
-    for b in mv[n8:]:
-        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
 
 _PIECE = 1 << 20  # bytes of a long record read at once (its CRC checked piece by piece)
 KEEP_RECORD_BYTES = 16 << 20  # iter_records: a longer record is skipped, never held
