@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import re
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from hil.bench_control_loop import fmt, period_errors, summarize
 from hil.bench_daemon_estop import private_broker
@@ -32,7 +32,6 @@ from hil.steal import StealMeter
 from hil.webhook_receiver import Receiver
 
 TOKEN = "bench-storm-token"
-MERGED_IDS = re.compile(r"this fault\*\* between .*? \(reports: ([^)]*)\)")
 
 
 def command_times(rig: Path, t0: float, t1: float) -> list[float]:
@@ -64,10 +63,10 @@ def longest_gaps(times: list[float], spans: list[tuple[float, float]]
     return out
 
 
-def reports_carried(markdown: str, key: str) -> list[str]:
+def reports_carried(body: dict[str, Any], key: str) -> list[str]:
     """The report ids one WeCom markdown message stands for (a merged one names them all)."""
-    m = MERGED_IDS.search(markdown)
-    return m.group(1).split(", ") if m else [key]
+    ids = body.get("report_ids")
+    return [str(i) for i in ids] if isinstance(ids, list) else [key]
 
 
 def most_in_window(times: list[float], window_s: float) -> int:
@@ -154,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     unique = recv.unique()
     arrivals = [r["at"] for r in reqs]
     ids = [i for k, r in unique.items() if r["body"].get("msgtype") == "markdown"
-           for i in reports_carried(r["body"]["markdown"]["content"], k)]
+           for i in reports_carried(r["body"], k)]
     quiet, storm = (summarize(*period_errors(t, period)) for t in (quiet_t, storm_t))
     held = missed_inside(storm_t, period, spans)
     rep = st["reports"]

@@ -4,18 +4,23 @@
 
 Starts a real daemon (`edge-agent run --config configs/sim.toml --sim`, no broker: the reports
 reach the disk sink; MQTT delivery stays pending, which is what a robot without its broker does),
+with its chat webhook pointed at a real local receiver (hil/webhook_receiver.py, WeCom format),
 injects each fault at the firmware side of the tty through the rig's own control socket, and
-copies the reports the daemon wrote (`<state_dir>/reports/<id>.md|.png`) into docs/reports/,
-then writes docs/REPORTS.md around them. Nothing in the reports is edited but the image path.
+copies the reports the daemon wrote (`<state_dir>/reports/<id>.md|.png|.json`) into
+docs/reports/, then writes docs/REPORTS.md around them, each with the chat message the receiver
+got for it, byte for byte. Nothing in the reports is edited but the image path.
 
 Faults: the e-stop button pressed; a collision while a task runs; the serial link unplugged; an
 unrecoverable weak gripper until L3 (`executor.l3_threshold=3` so one task reaches it); a kill -9
-of the daemon and its restart (an unclean restart).
+of the daemon and its restart (an unclean restart); then, on a private Mosquitto
+(tests/mosquitto.py; skipped without one), the broker stopped and started again: `broker_lost`
+entered and left (the mode reports).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -32,8 +37,12 @@ from typing import Any
 from edge_agent.comms.client import json_line_request
 from edge_agent.errors import EdgeAgentError
 from hil.daemon_proc import stop_daemon
+from hil.webhook_receiver import Receiver
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the private broker of the daemon tests
+CHAT_TOKEN = "doc-chat-token-0000"
+DEVICE, MQTT_PASSWORD = "sim-01", "sim-01-doc-pw"
 
 
 class Daemon:
@@ -46,7 +55,11 @@ class Daemon:
                     f"state_dir={state_dir}", "--set", "mqtt.port=1", "--set",
                     "link.hello_timeout_s=10",
                     # no broker: broker_lost would add its mode report between the faults'
-                    "--set", "health.period_s=3600"]
+                    "--set", "health.period_s=3600",
+                    "--set", "reports.retry_min_s=0.2", "--set", "reports.retry_max_s=1.0",
+                    # a shared VM under load stalls the daemon for 50-120 ms now and then: with
+                    # sim.toml's 50 ms deadman that is a deadman stop mid-task (tests/daemon_proc)
+                    "--set", "link.deadman_ms=250"]
         for s in sets:
             self.cmd += ["--set", s]
         self.proc: subprocess.Popen[bytes] | None = None
@@ -103,8 +116,9 @@ def reports_of(state_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_faults(state_dir: Path) -> None:
-    d = Daemon(state_dir, ["executor.l3_threshold=3"]).start()
+def run_faults(state_dir: Path, chat: Receiver) -> None:
+    sets = ["executor.l3_threshold=3", f'reports.webhook_url="{chat.url(CHAT_TOKEN)}"']
+    d = Daemon(state_dir, sets).start()
     try:
         n = len(reports_of(state_dir))
         # the e-stop button, pressed while a task moves the arm
@@ -121,7 +135,7 @@ def run_faults(state_dir: Path) -> None:
         assert d.cmd_("task.start", task="pick_place")["ok"]
         wait(lambda: d.status().get("state") == "approach", 60, "approach")
         time.sleep(0.5)  # some motion in the window before the hit
-        d.rig(cmd="inject", target="collision", mode="hit", duration_s=0.5)
+        d.rig(cmd="inject", target="collision", mode="impact", duration_s=0.5)
         wait(lambda: d.status().get("mode") == "protective_stop", 30, "the collision stop")
         wait(lambda: len(reports_of(state_dir)) > n, 60, "the collision report")
         d.reset()
@@ -145,36 +159,99 @@ def run_faults(state_dir: Path) -> None:
     finally:
         d.stop()
     n = len(reports_of(state_dir))
-    d = Daemon(state_dir, ["executor.l3_threshold=3"]).start()
+    d = Daemon(state_dir, sets).start()
     try:
         wait(lambda: len(reports_of(state_dir)) > n, 60, "the unclean-restart report")
+        d.reset()
     finally:
         d.stop()
+    run_broker_loss(state_dir, sets)
+    wait(lambda: _all_in_chat(state_dir, chat), 120, "every report in the chat")
 
 
-def write_doc(state_dir: Path, out: Path) -> list[str]:
+def _all_in_chat(state_dir: Path, chat: Receiver) -> bool:
+    """Every report the daemon wrote reached the chat: its own message, or merged into one."""
+    sent = chat.unique()
+    texts = [r["body"]["markdown"]["content"] for r in sent.values()
+             if r["body"].get("msgtype") == "markdown"]
+    return all(rid in sent or any(rid in t for t in texts) for rid in reports_of(state_dir))
+
+
+def run_broker_loss(state_dir: Path, sets: list[str]) -> None:
+    """The mode reports: a daemon on a private Mosquitto, the broker stopped until
+    `broker_lost` is entered, then started again until it is left."""
+    try:
+        from mosquitto import Mosquitto
+
+        broker = Mosquitto(state_dir.parent / "mosquitto", {DEVICE: MQTT_PASSWORD})
+        broker.start()
+    except (ImportError, OSError) as exc:
+        print(f"make_reports_doc: no private Mosquitto ({exc}): no mode reports")
+        return
+    d = Daemon(state_dir, [*sets, f"mqtt.port={broker.port}", f'mqtt.password="{MQTT_PASSWORD}"',
+                           "health.period_s=0.5"])
+    try:
+        d.start()
+        wait(lambda: d.status().get("mqtt_connected") is True, 60, "connected to the broker")
+        broker.stop()
+        wait(lambda: bool(_mode_reports(state_dir, "mode_entered")), 60, "broker_lost entered")
+        broker.start()
+        wait(lambda: bool(_mode_reports(state_dir, "mode_left")), 60, "broker_lost left")
+    finally:
+        d.stop()
+        broker.stop()
+
+
+def _mode_reports(state_dir: Path, kind: str) -> list[str]:
+    return [rid for rid, r in reports_of(state_dir).items()
+            if r["kind"] == kind and r["fault"] == "mode:broker_lost"]
+
+
+def write_doc(state_dir: Path, out: Path, chat: Receiver) -> list[str]:
     shots = out / "reports"
     if shots.exists():
         shutil.rmtree(shots)
     shots.mkdir(parents=True)
     chosen: dict[str, dict[str, Any]] = {}
     for rid, rep in reports_of(state_dir).items():
-        chosen.setdefault(rep["fault"], {**rep, "id": rid})
+        mode = rep["kind"].startswith("mode_")
+        if mode and rep["fault"] != "mode:broker_lost":
+            continue  # a sensor mode at start-up, say: not every run has one
+        key = f"{rep['kind']}:{rep['fault'].partition(':')[2]}" if mode else rep["fault"]
+        chosen.setdefault(key, {**rep, "id": rid})
+    sent = chat.unique()
     parts = [HEADER]
     names = []
-    for fault, rep in chosen.items():
-        name = re.sub(r"[^a-z0-9]+", "-", fault.lower()).strip("-")[:60]
+    for key, rep in chosen.items():
+        name = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")[:60]
         names.append(name)
-        md = (state_dir / "reports" / f"{rep['id']}.md").read_text(encoding="utf-8")
-        png = state_dir / "reports" / f"{rep['id']}.png"
+        src = state_dir / "reports"
+        md = (src / f"{rep['id']}.md").read_text(encoding="utf-8")
+        png = src / f"{rep['id']}.png"
         if png.exists():
             shutil.copyfile(png, shots / f"{name}.png")
+        shutil.copyfile(src / f"{rep['id']}.json", shots / f"{name}.json")
         md = md.replace(f"]({rep['id']}.png)", f"](reports/{name}.png)")
         (shots / f"{name}.md").write_text(md.replace("](reports/", "]("), encoding="utf-8")
         md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
-        parts += [f"\n---\n\n<!-- {fault}: report {rep['id']}, generated -->\n", md]
+        parts += [f"\n---\n\n<!-- {rep['fault']}: report {rep['id']}, generated -->\n", md,
+                  _chat_part(name, rep["id"], sent)]
     (out / "REPORTS.md").write_text("".join(parts), encoding="utf-8")
     return names
+
+
+def _chat_part(name: str, rid: str, sent: dict[str, dict[str, Any]]) -> str:
+    """The message the chat receiver got for report `rid`, verbatim (and whether the plot
+    followed as an image)."""
+    body = sent[rid]["body"]
+    text = body["markdown"]["content"]
+    image = f"{rid}.plot" in sent
+    then = (", then the plot as an `image` message (PNG, "
+            f"{len(base64.b64decode(sent[rid + '.plot']['body']['image']['base64'])):,} bytes)"
+            if image else "; no plot (no sensor window)")
+    return (f"\n### Sent to the chat\n\n<!-- chat: {name} -->\n"
+            f"WeCom `{body['msgtype']}`, {len(text.encode()):,} of 4,096 bytes{then}:\n\n"
+            f"```markdown\n{text}```\n")
 
 
 HEADER = """# Repair reports
@@ -188,17 +265,40 @@ report's JSON and its plot) and the last policy decisions from the journal.
 The daemon persists each report in `<state_dir>/outbox/` first (atomic write, fsync, survives
 kill -9), draws the plot in a subprocess (matplotlib, never in the daemon process), then delivers
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
-webhook (`reports.webhook_url`: WeCom markdown + image, or one JSON POST), each with retries and
-an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK, not when the
-message was sent. `edge-agent reports list | show ID` reads them on the robot.
+webhook (`reports.webhook_url`: a WeCom summary + the plot image, or one JSON POST), each with
+retries and an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK,
+not when the message was sent. `edge-agent reports list | show ID` reads them on the robot.
 Each degradation mode entered or left (the health monitor, docs/HEALTH.md) is a report on the
 same path (`ModeRecord` in edge_agent/reports/record.py: kind `mode_entered` / `mode_left`, the
 capabilities lost, the fallback in use, the recovery rule and the next probe's time).
 
+**The chat message is a summary, not the report.** WeCom's classic `msgtype: markdown` renders
+headings, bold, links, inline code, quotes and `<font color>` (info, comment, warning) only: a
+table or a list arrives as raw `|` and `-` characters, and a report has some 40 table lines. So
+the WeCom webhook sends each report as a phone-sized summary in classic `markdown` with no table
+and no list (edge_agent/reports/chat.py): the title; the cause, coloured (warning: a stop, a
+diagnosis, a mode entered; info: a mode left); device; time; what is out of service; what was
+done and what to check (quoted lines, the checks numbered `(1)`); how to recover; the report id
+and where the full report is (`edge-agent reports show ID` on the robot, MQTT `<prefix>/report`)
+— then the plot as an `image` message. Repeats of one fault and kind within
+`reports.merge_window_s` go as one message with the count and the first five ids. Why not
+`markdown_v2`, which renders tables, lists and rules within the same 4,096 bytes: it is a 2025
+addition to the group robot's API, without colours (whether older WeCom clients render it is
+not checked here), and a summary needs no table — the full Markdown, tables and all, stays on
+disk and on MQTT `report`. The generic JSON format (`reports.webhook_format = "json"`)
+is unchanged: one POST with the full Markdown, for a receiver that renders it itself. Each
+report below ends with the chat message the receiver got for it, verbatim;
+tests/test_reports_chat.py holds every report kind's summary to classic markdown's rules (no
+table or list line, ≤ 4,096 bytes UTF-8, every field present) and each text here to what the
+sink sends today.
+
 **Generated, not written by hand:** `python -m hil.make_reports_doc` ran a real daemon on the
-simulated robot (configs/sim.toml, `executor.l3_threshold=3`, no broker), injected each fault at
-the firmware side of the tty, and copied the reports the daemon wrote. One report per fault
-kind below; the PNGs are in docs/reports/.
+simulated robot (configs/sim.toml, `executor.l3_threshold=3`, `link.deadman_ms=250` as in the
+daemon tests, no broker, the chat webhook at a real local receiver), injected each fault at the
+firmware side of the tty, then stopped and restarted a private Mosquitto under a daemon
+connected to it (`broker_lost` entered and left), and copied the reports the daemon wrote and
+the chat messages the receiver got. One report per fault kind below; the PNGs and each report's
+JSON are in docs/reports/.
 
 The fault storm (issue #19's last check) is `python -m hil.bench_fault_storm`: an e-stop a
 second through `failure.inject` (press, release, reset; the bench polls `status` and `reset`
@@ -228,8 +328,12 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(a.keep) if a.keep else Path(tempfile.mkdtemp(prefix="reports-doc-"))
     state_dir = base / "state"
     state_dir.mkdir(parents=True, exist_ok=True)
-    run_faults(state_dir)
-    names = write_doc(state_dir, Path(a.out))
+    chat = Receiver().start()
+    try:
+        run_faults(state_dir, chat)
+        names = write_doc(state_dir, Path(a.out), chat)
+    finally:
+        chat.stop()
     print(f"wrote {Path(a.out) / 'REPORTS.md'}: {', '.join(names)}")
     if not a.keep:
         shutil.rmtree(base, ignore_errors=True)

@@ -1,13 +1,18 @@
 """A real local HTTP receiver (ThreadingHTTPServer) standing in for a chat webhook (tests, benches).
 
 It records every POST (path, headers, JSON body, arrival time), answers as WeCom does
-(`{"errcode": 0, "errmsg": "ok"}`), and can be told to answer differently (`plan`: a list of
+(`{"errcode": 0, "errmsg": "ok"}`; a WeCom message past WeCom's limits — `markdown` content over
+4,096 bytes UTF-8, an `image` over 2 MB or whose md5 is not its bytes' — gets errcode 40058,
+as WeCom refuses it), and can be told to answer differently (`plan`: a list of
 (status, errcode, headers) for the next requests) or to hold a request until released
 (`hold`). `unique()` de-duplicates by idempotency key, as a careful receiver would.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import socket
 import threading
@@ -20,6 +25,28 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wecom_problem(body: Any) -> str | None:
+    """Why WeCom would refuse this message body (None: it would take it, or it is not WeCom's)."""
+    if not isinstance(body, dict) or "msgtype" not in body:
+        return None  # the generic JSON format
+    kind = body["msgtype"]
+    if kind in ("markdown", "markdown_v2"):
+        content = (body.get(kind) or {}).get("content")
+        if not isinstance(content, str) or len(content.encode()) > 4096:
+            return f"{kind}.content missing or over 4096 bytes"
+        return None
+    if kind == "image":
+        img = body.get("image") or {}
+        try:
+            data = base64.b64decode(img.get("base64", ""), validate=True)
+        except (binascii.Error, ValueError):
+            return "image.base64 is not base64"
+        if len(data) > 2 * 1024 * 1024 or hashlib.md5(data).hexdigest() != img.get("md5"):
+            return "image over 2 MB or its md5 wrong"
+        return None
+    return f"msgtype {kind!r} not handled here"
 
 
 class Receiver:
@@ -43,17 +70,22 @@ class Receiver:
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(n)
+                sent = json.loads(raw)
                 with outer._lock:
                     outer.requests.append({"path": self.path, "headers": dict(self.headers),
-                                           "body": json.loads(raw), "at": time.monotonic()})
+                                           "body": sent, "at": time.monotonic()})
                     answer = outer.plan.pop(0) if outer.plan else (200, 0, {})
                     hold = outer.hold
+                bad = wecom_problem(sent)
+                if bad is not None and answer[:2] == (200, 0):
+                    answer = (200, 40058, {})
                 if hold is not None:
                     outer.held.set()
                     hold.wait(60)
                 status, errcode, headers = answer
-                body = json.dumps({"errcode": errcode,
-                                   "errmsg": "ok" if errcode == 0 else "api freq out of limit"})
+                errmsg = ("ok" if errcode == 0 else bad if errcode == 40058 and bad
+                          else "api freq out of limit")
+                body = json.dumps({"errcode": errcode, "errmsg": errmsg})
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -96,7 +128,7 @@ class Receiver:
         ids: list[str] = []
         for key, r in self.unique().items():
             if r["body"].get("msgtype") == "markdown":
-                ids.append(key)
+                ids.extend(r["body"].get("report_ids") or [key])
             elif "ids" in r["body"]:
                 ids.extend(r["body"]["ids"])
         return ids

@@ -87,7 +87,7 @@ FAULT_CLASSES: tuple[FaultClass, ...] = (
     FaultClass("gripper:weak_close recoverable", "gripper:weak_close", "recoverable"),
     FaultClass("gripper:weak_close unrecoverable", "gripper:weak_close", "unrecoverable"),
     FaultClass("gripper:slip", "gripper:slip"),
-    FaultClass("collision:hit", "collision:hit"),
+    FaultClass("collision:impact", "collision:impact"),
     FaultClass("sensor:wrist_force:noise", "sensor:wrist_force:noise", None, (0.3, 2.0)),
     FaultClass("sensor:wrist_force:spikes", "sensor:wrist_force:spikes", None, (0.3, 2.0)),
     FaultClass("sensor:wrist_force:stuck", "sensor:wrist_force:stuck"),

@@ -97,7 +97,7 @@ def test_fuzzed_commands_are_all_answered_and_the_daemon_stays_flat(
     try:
         d.wait_ready()
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
-        # the background start-up work (scipy via filterpy, calibration) grows RSS by itself
+        # the background start-up work (the model load, calibration) grows RSS by itself
         wait_until(lambda: {"estimators", "calibration"} <= set(
             d.socket_cmd("status")["result"]["background"]), 60, "background start-up done")
         # MQTT starts on its own thread after READY: nothing is sent before it subscribed

@@ -16,7 +16,9 @@ from typing import Any
 
 from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
+from test_reports_chat import classic_problems, missing_fields
 
+from edge_agent.reports.record import Report
 from hil.webhook_receiver import Receiver
 
 TOKEN = "wecomkey-7f3a9c2e5b1d4f60"
@@ -98,8 +100,10 @@ def test_faults_while_the_receiver_is_down_all_arrive_exactly_once(
     assert sorted(recv.report_ids()) == sorted(reports)
     assert {k for k, u in uniq.items() if u["body"]["msgtype"] == "image"} == {
         f"{i}.plot" for i in reports}
-    for i, r in reports.items():
-        assert r["title"] in uniq[i]["body"]["markdown"]["content"]
+    for i, r in reports.items():  # the phone-sized summary (#27), not the full Markdown
+        content = uniq[i]["body"]["markdown"]["content"]
+        assert classic_problems(content) == [], content
+        assert missing_fields(content, Report.from_dict(r), "edge/dev1/report") == [], content
     # MQTT `report`: every report, with its title, Markdown and plot reference
     got: dict[str, dict[str, Any]] = {}
     wait_until(lambda: _drain(operator, got) >= set(reports), 30, "reports on MQTT")

@@ -97,7 +97,7 @@ def test_collision_fault_blocks_and_raises_current(robot: RobotDescription) -> N
     s = enabled(robot)
     q0 = s.status().q
     s.stream([q0[0] + 1.0, *q0[1:]], 0.2)
-    s.r.inject("collision", "hit", duration_s=0.3)
+    s.r.inject("collision", "impact", duration_s=0.3)
     s.stream([q0[0] + 1.0, *q0[1:]], 0.1)
     frozen = s.r.fw.arm.q[0]
     st = s.stream([q0[0] + 1.0, *q0[1:]], 0.1)
@@ -213,7 +213,8 @@ def test_control_handler_requests(robot: RobotDescription) -> None:
     rec = h.handle({"cmd": "record", "type": "ENABLE"})
     assert rec["ok"] and [f["enable"] for f in rec["frames"]] == [True]
     assert h.handle({"cmd": "record", "limit": 1})["frames"][0]["type"] == "ENABLE"
-    sched = h.handle({"cmd": "schedule", "faults": [{"at_s": 9.0, "target": "collision"}]})
+    sched = h.handle({"cmd": "schedule", "faults": [{"at_s": 9.0, "target": "collision",
+                                                   "mode": "impact"}]})
     assert sched["ok"] and h.handle({"cmd": "faults"})["scheduled"] == 1
     json.dumps(h.handle({"cmd": "status"}))  # everything is JSON
 
@@ -239,6 +240,18 @@ def test_per_joint_arrays_must_match_the_robot(robot: RobotDescription) -> None:
 def test_fault_spec_from_mapping_rejects_unknown_fields() -> None:
     with pytest.raises(FaultError):
         FaultSpec.from_mapping({"target": "estop", "mode": "press", "when": 3})
+    with pytest.raises(FaultError, match="'mode'"):  # no silent default mode
+        FaultSpec.from_mapping({"target": "collision"})
+
+
+def test_the_rig_takes_exactly_the_modes_the_command_schema_documents() -> None:
+    """One name end to end (issue #27 item 5: the schema said `impact`, the rig took `hit`):
+    every rig target's modes are the `failure.inject` schema's (docs/asyncapi.yaml's)."""
+    from edge_agent.commands.schema import FAILURE_MODES
+    from hil.sim.faults import MODES
+
+    assert {k: set(v) for k, v in MODES.items()} == {
+        k: set(FAILURE_MODES[k]) for k in MODES}
 
 
 def test_fast_status_path_equals_the_general_one(robot: RobotDescription) -> None:
@@ -256,7 +269,7 @@ def test_fast_status_path_equals_the_general_one(robot: RobotDescription) -> Non
 def test_saturated_current_sets_fault_and_reports_overcurrent(robot: RobotDescription) -> None:
     s = enabled(robot)
     q0 = s.status().q
-    s.r.inject("collision", "hit", severity=1.5, duration_s=0.2)
+    s.r.inject("collision", "impact", severity=1.5, duration_s=0.2)
     st = s.stream([q0[0] + 0.5, *q0[1:]], 0.1)
     assert st.flags & StatusFlag.FAULT
     assert abs(st.current[0]) == pytest.approx(robot.joints[0].current_max_a, abs=0.1)

@@ -5,17 +5,20 @@ predict_max_s; a stuck one too: its repeated samples are refused) is a latched p
 `sensor_bound`; a collision's stop stays present while
 the overcurrent lasts. In both the reset answers `cause_present` while the cause lasts, is
 accepted once it is gone, and the task does not continue by itself: nothing moves (no POSITION
-frame reaches the robot) until `resume`.
+frame reaches the robot) until `resume`. And `failure.inject collision impact`, sent over MQTT
+as documented, trips the collision stop (issue #27 item 5).
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from daemon_proc import DaemonProc
-from mosquitto import wait_until
+from mosquitto import Mosquitto, Probe, wait_until
 
 
 def _status(d: DaemonProc) -> dict[str, Any]:
@@ -136,7 +139,7 @@ def test_a_collision_reset_is_refused_while_the_overcurrent_lasts(tmp_path: Path
     d = DaemonProc(tmp_path, None).start()
     try:
         task_id = _running_task(d)
-        assert d.rig({"cmd": "inject", "target": "collision", "mode": "hit"})["ok"]
+        assert d.rig({"cmd": "inject", "target": "collision", "mode": "impact"})["ok"]
         _stopped_by(d, "collision")
         stop_t = _rig_t(d)
         fw0 = _fw_s(d)
@@ -152,3 +155,39 @@ def test_a_collision_reset_is_refused_while_the_overcurrent_lasts(tmp_path: Path
         _stays_still_then_resumes(d, task_id, after)
     finally:
         d.stop()
+
+
+def test_failure_inject_collision_impact_over_mqtt_trips_the_collision_stop(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    """Issue #27 item 5: the documented command, as documented (docs/asyncapi.yaml: target
+    `collision`, mode `impact`), sent over MQTT to a real `--sim` daemon with
+    `debug.failure_injection = true` (configs/sim.toml), reaches the simulated robot and trips
+    the collision protective stop — no detour through the rig's own socket."""
+    operator = Probe(broker, "operator", "operator-pw")
+    assert operator.connect() == 0
+    operator.subscribe("edge/dev1/#")
+    d = DaemonProc(tmp_path, broker, extra=("debug.failure_injection=true",)).start()
+    try:
+        _running_task(d)
+        t0 = time.monotonic()
+        operator.publish("edge/dev1/cmd/failure.inject", json.dumps(
+            {"v": 1, "id": "inj-1", "target": "collision", "mode": "impact"}))
+        reply = json.loads(operator.expect("edge/dev1/reply/failure.inject", timeout=30).payload)
+        t_reply = time.monotonic() - t0
+        assert reply["id"] == "inj-1" and reply["ok"] is True, reply
+        assert reply["result"]["injected"]["mode"] == "impact", reply
+        assert reply["result"]["rig"]["fault"]["target"] == "collision", reply
+        active = d.rig({"cmd": "faults"})["active"]
+        assert [(f["target"], f["mode"]) for f in active] == [("collision", "impact")], active
+        state = operator.expect(lambda m: m.topic == "edge/dev1/state"
+                                and json.loads(m.payload).get("mode") == "protective_stop",
+                                timeout=30)
+        t_stop = time.monotonic() - t0
+        stop = json.loads(state.payload)["stop"]
+        assert stop["cause"] == "collision" or "collision" in stop["causes"], stop
+        _stopped_by(d, "collision")
+        print(f"\nfailure.inject collision impact over MQTT: reply {t_reply * 1e3:.0f} ms, "
+              f"protective stop (collision) in `state` {t_stop * 1e3:.0f} ms after the publish")
+    finally:
+        d.stop()
+        operator.close()

@@ -60,7 +60,7 @@ class HeapKeeper:
         gc.set_threshold(t0, t1, _OUT_OF_REACH)
 
     def startup_done(self) -> None:
-        """What the start-up work loaded (onnxruntime, scipy, calibration: ~10^5 objects) is
+        """What the start-up work loaded (onnxruntime, numpy, calibration: ~10^5 objects) is
         never scanned again; the stats' `after_startup` window opens."""
         self._freeze()
         self.stats.start_window()

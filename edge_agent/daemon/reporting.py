@@ -61,7 +61,8 @@ class DaemonReports:
             sinks.append(WebhookSink(
                 r.webhook_url.reveal(), fmt=r.webhook_format, device=cfg.device.id,
                 rate_per_min=r.webhook_rate_per_min, merge_window_s=r.merge_window_s,
-                timeout_s=r.webhook_timeout_s))
+                timeout_s=r.webhook_timeout_s, secrets=secrets,
+                report_topic=f"{cfg.mqtt.topic_prefix or 'edge/' + cfg.device.id}/report"))
         self.outbox = Outbox(Path(cfg.state_dir) / OUTBOX_DIR, sinks, max_entries=r.outbox_max,
                              plot=r.plot, max_rows=r.table_rows,
                              retry_min_s=r.retry_min_s, retry_max_s=r.retry_max_s,

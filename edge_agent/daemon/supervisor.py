@@ -8,7 +8,7 @@ to stop it and, when the part says, whether it is alive.
 
 `stop()` stops every member in the order declared at construction (a member not declared there
 is refused when added, so the order is written down in one place), never raises, and says what
-each step took. Threads in native code (an onnxruntime session load, a scipy import) cannot be
+each step took. Threads in native code (an onnxruntime session load, a numpy import) cannot be
 interrupted: `stop()` joins them until its deadline and `lingering()` names those still running.
 `health()` is what `status` and the health monitor read.
 """

@@ -71,7 +71,8 @@ _STOP_CHECKS: dict[str, tuple[str, ...]] = {
 }
 
 _DIAGNOSIS_CHECKS = (
-    "The failed attempts listed below: the same state and kind in a row points at hardware.",
+    "The failed attempts (the report's details): the same state and kind in a row points at "
+    "hardware.",
     "The gripper (fingers, force sensor, current limit) when grasp or carry failed.",
     "The part and its pose: present, where the camera says, the configured type.",
     "The sensor window: forces and currents during the failed attempts.",
@@ -104,7 +105,7 @@ def _stop_report(r: StopRecord, origin: Origin, decisions: Sequence[Mapping[str,
         measures.append(f"Task {task.get('task_id')} frozen in state {task.get('state')}; "
                         "it can be resumed after the reset.")
     if estop:
-        recovery = ("Needs an operator: check the items below, release the e-stop input, then "
+        recovery = ("Needs an operator: go through what to check, release the e-stop input, then "
                     "send `reset` (refused while the input is pressed; it never moves the robot)"
                     "; then `resume` the frozen task or start a new one.")
     elif r.cause == "unclean_restart":
@@ -137,8 +138,8 @@ def _diagnosis_report(r: DiagnosisRecord, origin: Origin,
     measures = ("Task ended `failed`; the robot holds (controlled hold: the gripper keeps its "
                 "force, a held part is not dropped).",
                 "The executor is in `diagnostic`: task.start is refused until a reset.",
-                "The last seconds of sensor data were captured (below).")
-    recovery = ("Needs an operator: check the items below, then send `reset` (it leaves "
+                "The last seconds of sensor data were captured (the report's sensor window).")
+    recovery = ("Needs an operator: go through what to check, then send `reset` (it leaves "
                 "diagnostic and clears the failure count; it never moves the robot).")
     return Report(
         id=report_id or new_report_id(r.wall), kind=ReportKind.DIAGNOSIS,
@@ -166,7 +167,7 @@ def _mode_report(r: ModeRecord, origin: Origin, decisions: Sequence[Mapping[str,
         id=report_id or new_report_id(r.wall), kind=kind, fault=f"mode:{r.mode}", title=title,
         wall=r.wall, mono=r.mono, origin=origin, scope=Scope(r.capabilities),
         measures=measures, recovery=recovery,
-        checks=(f"The figures below for {r.mode}.",) if r.entered else (),
+        checks=(f"The probe's figures for {r.mode} (the report's details).",) if r.entered else (),
         details={"mode": r.mode, "reason": r.reason, **dict(r.figures)}, window=None,
         decisions=tuple(decisions))
 

@@ -1,7 +1,8 @@
 """The chat webhook sink (WeCom group robot, or plain JSON) over urllib3.
 
 WeCom facts this follows: `{"msgtype": "markdown", "markdown": {"content"}}` with content at most
-4,096 bytes UTF-8 (cut here at a line, with a pointer to the full report); `{"msgtype": "image",
+4,096 bytes UTF-8 — the classic type, which renders no tables and no lists, so the content is the
+report's phone-sized summary (reports/chat.py), not its full Markdown; `{"msgtype": "image",
 "image": {"base64", "md5"}}` up to 2 MB for the plot; at most 20 messages a minute per robot
 (here at most `rate_per_min` in any 60 s); HTTP 200 with `errcode` ≠ 0 is a failure (45009: rate
 limited). Every request carries the report's idempotency key (header `Idempotency-Key` and the
@@ -26,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.reports.build import utc
-from edge_agent.reports.markdown import cut_markdown
+from edge_agent.reports.chat import WECOM_MARKDOWN_MAX as WECOM_MARKDOWN_MAX  # re-exported
+from edge_agent.reports.chat import chat_summary
 from edge_agent.reports.outbox import Entry, Result
 
-WECOM_MARKDOWN_MAX = 4096
 WECOM_IMAGE_MAX = 2 * 1024 * 1024
 WECOM_RATE_LIMITED = 45009
 FORMATS = ("wecom", "json")
@@ -91,21 +92,27 @@ def merged_note(entry: Entry, merged: Sequence[Entry]) -> str:
             f"{utc(last)} (reports: {', '.join([entry.id, *(m.id for m in merged)])})\n\n")
 
 
-def wecom_messages(entry: Entry, merged: Sequence[Entry], plot: Path | None,
-                   device: str) -> list[tuple[str, dict[str, Any]]]:
-    """(part name, body) of each message for one report: markdown, then the plot image."""
+def wecom_messages(entry: Entry, merged: Sequence[Entry], plot: Path | None, device: str, *,
+                   report_topic: str | None = None, secrets: Sequence[str] = (),
+                   ) -> list[tuple[str, dict[str, Any]]]:
+    """(part name, body) of each message for one report: the summary (classic markdown), then
+    the plot image (`report_topic`: where MQTT has the full report; default edge/<device>)."""
     key = entry.id
-    pointer = (f"*(cut: the full report is `edge-agent reports show {entry.id}` on {device}, "
-               f"or MQTT `report` id {entry.id})*")
-    text = cut_markdown(merged_note(entry, merged) + entry.markdown, WECOM_MARKDOWN_MAX, pointer)
+    image = plot.read_bytes() if plot is not None else None
+    if image is not None and len(image) > WECOM_IMAGE_MAX:
+        image = None
+    text = chat_summary(entry.report, [m.report for m in merged],
+                        report_topic=report_topic or f"edge/{device}/report",
+                        plot=image is not None, secrets=secrets)
+    # `report_ids`: every report this message stands for (the text names the first five of a
+    # merge); like `idempotency_key`, a field for the receiver that WeCom does not read
     out: list[tuple[str, dict[str, Any]]] = [("markdown", {
-        "msgtype": "markdown", "markdown": {"content": text}, "idempotency_key": key})]
-    if plot is not None:
-        data = plot.read_bytes()
-        if len(data) <= WECOM_IMAGE_MAX:
-            out.append(("image", {"msgtype": "image", "image": {
-                "base64": base64.b64encode(data).decode(), "md5": hashlib.md5(data).hexdigest()},
-                "idempotency_key": f"{key}.plot"}))
+        "msgtype": "markdown", "markdown": {"content": text}, "idempotency_key": key,
+        "report_ids": [key, *(m.id for m in merged)]})]
+    if image is not None:
+        out.append(("image", {"msgtype": "image", "image": {
+            "base64": base64.b64encode(image).decode(), "md5": hashlib.md5(image).hexdigest()},
+            "idempotency_key": f"{key}.plot"}))
     return out
 
 
@@ -133,7 +140,8 @@ class WebhookSink:
 
     def __init__(self, url: str, *, fmt: str = "wecom", device: str, rate_per_min: float = 20.0,
                  merge_window_s: float = 60.0, timeout_s: float = 10.0,
-                 ca_file: str | None = None) -> None:
+                 ca_file: str | None = None, report_topic: str | None = None,
+                 secrets: Sequence[str] = ()) -> None:
         import urllib3  # lazy: only a daemon with a webhook pays for it
 
         if fmt not in FORMATS:
@@ -141,6 +149,8 @@ class WebhookSink:
         self._url = url
         self.fmt = fmt
         self.device = device
+        self.report_topic = report_topic or f"edge/{device}/report"
+        self._secrets = (url, *secrets)  # the summary is built here: redacted here
         self.bucket = SendWindow(rate_per_min)
         self.merge_window_s = merge_window_s
         self._timeout = urllib3.Timeout(connect=min(5.0, timeout_s), read=timeout_s)
@@ -153,16 +163,19 @@ class WebhookSink:
         return self.bucket.wait_s(now)
 
     def group(self, entry: Entry, pending: Sequence[Entry]) -> list[Entry]:
-        """Later pending reports of the same fault inside the merge window."""
+        """Later pending reports of the same fault and kind inside the merge window (a mode
+        entered and left share a fault: "left" is news of its own, not a repeat)."""
         if self.merge_window_s <= 0:
             return []
         end = entry.report.wall + self.merge_window_s
         return [e for e in pending if e.report.fault == entry.report.fault
+                and e.report.kind == entry.report.kind
                 and entry.report.wall <= e.report.wall <= end][:100]
 
     def deliver(self, entry: Entry, merged: Sequence[Entry], plot: Path | None,
                 state: dict[str, Any]) -> Result:
-        parts = (wecom_messages(entry, merged, plot, self.device) if self.fmt == "wecom"
+        parts = (wecom_messages(entry, merged, plot, self.device, report_topic=self.report_topic,
+                                secrets=self._secrets) if self.fmt == "wecom"
                  else json_message(entry, merged, plot))
         done: list[str] = state.setdefault("parts_done", [])
         for part, body in parts:

@@ -1,16 +1,18 @@
-"""Kalman estimators for the sensor channels with `on_loss = "predict"` (filterpy, loaded lazily).
+"""Kalman estimators for the sensor channels with `on_loss = "predict"` (closed form, plain Python).
 
 Kinematic channels (unit m or rad: object pose, joint encoders) use a constant-velocity model,
 the others (wrist force) a constant-position random walk — a force does not keep its trend.
-`ChannelEstimator` is a `filterpy.kalman.KalmanFilter` with explicit time, stepped in closed
-form per axis (the model is block-diagonal per axis; see the class): `predict(now)`,
-`update(z, now)` with `z=None` meaning "no measurement", public `x` and `P`, `predicted_for_s`
-and `exceeds_bound()` (predicted past the channel's predict_max_s: the caller stops).
+`ChannelEstimator` is a linear Kalman filter (filterpy's `KalmanFilter` equations) with
+explicit time, stepped in closed form per axis (the model is block-diagonal per axis; see the
+class): `predict(now)`, `update(z, now)` with `z=None` meaning "no measurement", public `x` and
+`P`, `predicted_for_s` and `exceeds_bound()` (predicted past the channel's predict_max_s: the
+caller stops).
 
-filterpy pulls in scipy (~600 ms), so neither it nor numpy is imported with this module, nor by
-building an estimator: the closed form runs on plain floats, so the hub builds its estimators
-with itself and predicts from the first frame. Only reading `x` or `P` (filterpy's view of the
-state, for tests and tools) builds the filterpy filter. `state()` hands out an immutable
+filterpy (and with it scipy, 143 MB installed) is not a runtime dependency: only the tests use
+it, as the reference the closed form is checked against. Neither numpy nor anything else heavy is
+imported with this module or by building an estimator: the closed form runs on plain floats, so
+the hub builds its estimators with itself and predicts from the first frame. Only reading `x` or
+`P` (the state as matrices, for tests and tools) imports numpy. `state()` hands out an immutable
 `EstimatorState` that other threads extrapolate in plain Python without touching the filter.
 """
 
@@ -99,14 +101,14 @@ class EstimatorState:
 class ChannelEstimator:
     """One channel's Kalman filter with explicit time; single-threaded (its owner's thread).
 
-    The model is a filterpy `KalmanFilter` (H = [I 0], R = noise_std² I, F(dt) = I + dt D,
+    The model is filterpy's `KalmanFilter` (H = [I 0], R = noise_std² I, F(dt) = I + dt D,
     Q(dt) = q (dt³ Q3 + dt² Q2 + dt Q1)), built here. Every one of those matrices, and the
     diagonal prior, is block-diagonal per axis, so the filter is n independent 2-state ("cv")
     or 1-state ("cp") filters: the cross-axis covariances stay exactly zero. `predict` and
     `update` therefore run filterpy's equations (F P Fᵀ + Q; the Joseph-form update with
     K = P Hᵀ S⁻¹) in closed form per axis on plain floats — a few µs instead of ~60 µs of small
     numpy matrices on the link reader thread; tests/test_kalman.py checks the result against
-    filterpy itself. `x` and `P` write the state back into the filterpy filter and copy it.
+    filterpy itself. `x` and `P` assemble the state as filterpy lays it out (fresh arrays).
     """
 
     def __init__(self, channel: SensorChannel, tuning: EstimatorTuning | None = None) -> None:
@@ -115,7 +117,6 @@ class ChannelEstimator:
         n = channel.dim
         self._n = n
         self._cv = self.tuning.model == "cv"
-        self._kf: Any = None  # the filterpy filter, built by the first `x` / `P` read
         # per-axis measurement variance: filterpy's R = noise_std² I (its diagonal)
         self._r: list[float] = [max(channel.noise_std, 1e-9) ** 2] * n
         self._q = self.tuning.q
@@ -129,50 +130,28 @@ class ChannelEstimator:
         self.t: float | None = None
         self.t_measured = -math.inf
 
-    def _filter(self) -> Any:
-        """The filterpy `KalmanFilter` this estimator is (imports filterpy and numpy: not on
-        the start-up path; only `x` and `P` need it)."""
-        if self._kf is None:
-            import numpy as np
-            from filterpy.kalman import KalmanFilter
-
-            n = self._n
-            dim_x = 2 * n if self._cv else n
-            kf = KalmanFilter(dim_x=dim_x, dim_z=n)
-            kf.H = np.zeros((n, dim_x))
-            kf.H[:, :n] = np.eye(n)
-            kf.R = np.diag(np.array(self._r, dtype=float))
-            self._kf = kf
-        return self._kf
-
-    def _sync(self) -> Any:
-        """The filterpy filter with this estimator's state written into it."""
-        import numpy as np
-
-        n, kf = self._n, self._filter()
-        if self._cv:
-            kf.x = np.array(self._xp + self._xv, dtype=float).reshape(-1, 1)
-            idx = np.arange(n)
-            P = np.zeros((2 * n, 2 * n))
-            P[idx, idx] = self._pp
-            P[idx, idx + n] = self._pc
-            P[idx + n, idx] = self._pc
-            P[idx + n, idx + n] = self._pv
-        else:
-            kf.x = np.array(self._xp, dtype=float).reshape(-1, 1)
-            P = np.diag(np.array(self._pp, dtype=float))
-        kf.P = P
-        return kf
-
     @property
     def x(self) -> np.ndarray[Any, Any]:
-        """State estimate: positions, then velocities for "cv" (a copy)."""
-        return self._sync().x.ravel().copy()  # type: ignore[no-any-return]
+        """State estimate: positions, then velocities for "cv" (a new array)."""
+        import numpy as np
+
+        return np.array(self._xp + self._xv if self._cv else self._xp, dtype=float)
 
     @property
     def P(self) -> np.ndarray[Any, Any]:  # filterpy's name
-        """State covariance (a copy)."""
-        return self._sync().P.copy()  # type: ignore[no-any-return]
+        """State covariance (a new array; the cross-axis terms are exactly zero)."""
+        import numpy as np
+
+        n = self._n
+        if not self._cv:
+            return np.diag(np.array(self._pp, dtype=float))
+        idx = np.arange(n)
+        P = np.zeros((2 * n, 2 * n))
+        P[idx, idx] = self._pp
+        P[idx, idx + n] = self._pc
+        P[idx + n, idx] = self._pc
+        P[idx + n, idx + n] = self._pv
+        return P
 
     @property
     def predicted_for_s(self) -> float:

@@ -8,7 +8,7 @@ plain attributes every tick (`estop_pressed`, `sensor_faults`, `gripper_weak`, `
     sensor:<channel>  dropout | stuck | noise | spikes     (severity scales noise and spikes)
     gripper           weak_close | slip                    (weak_close severity: a number, or
                                                             "recoverable" / "unrecoverable")
-    collision         hit                                  (severity scales the current)
+    collision         impact                               (severity scales the current)
     link              corrupt | unplug
     estop             press | release                      (the physical button; a press
                                                             edge is latched until a tick
@@ -35,7 +35,7 @@ from hil.sim.sensors import SENSOR_FAULT_MODES
 MODES: dict[str, tuple[str, ...]] = {
     "sensor": SENSOR_FAULT_MODES,
     "gripper": ("weak_close", "slip"),
-    "collision": ("hit",),
+    "collision": ("impact",),
     "link": ("corrupt", "unplug"),
     "estop": ("press", "release"),
 }
@@ -62,9 +62,9 @@ class FaultSpec:
         unknown = set(d) - {"target", "mode", "duration_s", "severity", "at_s", "robot"}
         if unknown:
             raise FaultError(f"unknown fault field(s): {sorted(unknown)}")
-        if not isinstance(d.get("target"), str) or not isinstance(d.get("mode", "hit"), str):
+        if not isinstance(d.get("target"), str) or not isinstance(d.get("mode"), str):
             raise FaultError("a fault needs a string 'target' and 'mode'")
-        return cls(target=d["target"], mode=d.get("mode", "hit"),
+        return cls(target=d["target"], mode=d["mode"],
                    duration_s=_opt_num(d, "duration_s"), severity=d.get("severity"),
                    at_s=_opt_num(d, "at_s"), robot=d.get("robot"))
 
