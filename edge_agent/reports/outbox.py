@@ -230,14 +230,14 @@ class Outbox:
             except Exception:
                 _log.exception("report_build_failed")
                 continue
-            plot_name = (f"{report.id}.png" if self.plot and report.window and not
+            plot_name = (f"{report.id}.png" if self.plot and report.has_plot and not
                          self._repeat(report) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
-                          if report.window is None else "none: plots are off"
+                          if not report.has_plot else "none: plots are off"
                           if not self.plot else
                           f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
