@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.reports.build import utc
+from edge_agent.reports.drift import plural
 from edge_agent.reports.markdown import cut_markdown, redact
 from edge_agent.reports.record import Report, ReportKind
 
@@ -102,7 +103,8 @@ def _drift_figures(r: Report) -> str:
         lab = p.get("labels")
         labels = ("labels not counted" if not isinstance(lab, Mapping) else "labels "
                   + "/".join(str(lab.get(k, 0)) for k in ("correct", "wrong", "needs_work")))
-        return (f"{p.get('decisions')} decisions, {p.get('episodes')} episodes, success "
+        return (f"{plural(p.get('decisions'), 'decision')}, "
+                f"{plural(p.get('episodes'), 'episode')}, success "
                 f"{'—' if rate is None else f'{100 * rate:.0f} %'}, L3 {p.get('l3')}, {labels}")
 
     return _one(f"this period {part(r.details.get('this'))}; last {part(r.details.get('last'))}"

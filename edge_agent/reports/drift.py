@@ -105,7 +105,8 @@ def build_drift_report(this: Mapping[str, Any], last: Mapping[str, Any] | None,
     else:
         title = (f"Policy drift report: too few decisions to compare ({this['decisions']} "
                  f"this period, {last['decisions'] if last else 'no'} last)")
-    measures = (f"Period {span}: {this['decisions']} decisions, {this['episodes']} episodes.",
+    measures = (f"Period {span}: {plural(this['decisions'], 'decision')}, "
+                f"{plural(this['episodes'], 'episode')}.",
                 "Nothing was changed on the robot: a drift report informs, the policy keeps "
                 "running.",
                 "This period's counts are kept as the reference for the next report.")
@@ -129,6 +130,10 @@ def build_drift_report(this: Mapping[str, Any], last: Mapping[str, Any] | None,
         title=title, wall=float(this["end"]), mono=mono, origin=origin, scope=Scope(()),
         measures=measures, recovery=recovery, checks=checks, details=details, window=None,
         decisions=())
+
+
+def plural(n: Any, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def _pct(v: Any) -> str:
