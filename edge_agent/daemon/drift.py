@@ -89,9 +89,11 @@ class DriftReports:
             _log.warning("drift_state_unreadable", path=str(self.path), error=str(exc))
             self._save(now)
             return
-        if start <= now:  # a clock set back past the period's start: begin again
+        self.last = last if isinstance(last, dict) else None
+        if start <= now:
             self.start_wall, self.counts = start, counts
-            self.last = last if isinstance(last, dict) else None
+        else:  # the clock was set back past the period's start: a new period from now
+            self._save(now)
 
     def start(self) -> None:
         self.load()
