@@ -46,18 +46,17 @@ def add_parsers(jsub: Any) -> tuple[argparse.ArgumentParser, ...]:
 
 
 def run(a: argparse.Namespace, directory: Path, as_json: bool) -> int:
-    from edge_agent.store.episodes import episode_index, read_episodes
+    from edge_agent.store.episodes import EpisodeLookup, read_episodes
     from edge_agent.store.labels import LabelError, LabelFile, latest_labels
 
     if a.journal_command == "label":
         if not directory.is_dir():
             print(f"error: no decision journal in {directory}", file=sys.stderr)
             return EXIT_USAGE
-        index = episode_index(directory)
         try:
             rec = LabelFile(directory).append(
                 {"task_id": a.task_id, "verdict": a.verdict, "note": a.note, "step": a.step,
-                 "by": "cli"}, known=index.get)
+                 "by": "cli"}, known=EpisodeLookup(directory).steps)
         except LabelError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_REFUSED

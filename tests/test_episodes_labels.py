@@ -27,7 +27,14 @@ from edge_agent.store.decisions import (
     journal_dir,
     read_decisions,
 )
-from edge_agent.store.episodes import EpisodeMark, episode_index, read_episodes
+from edge_agent.store.episodes import (
+    EpisodeLookup,
+    EpisodeMark,
+    encode_episode,
+    episode_index,
+    episodes_journal,
+    read_episodes,
+)
 from edge_agent.store.journal import Journal
 from edge_agent.store.labels import (
     LABELS_NAME,
@@ -264,3 +271,21 @@ def test_the_daemon_folds_a_tasks_events_into_its_episode_record(tmp_path: Path)
                                       "verdict": "correct", "note": "clean"}, source="mqtt")
     assert r.ok and r.result["label"]["by"] == "mqtt"
     assert latest_labels(journal_dir(cfg.state_dir))[("job-2", None)]["note"] == "clean"
+
+
+def test_the_label_check_reads_the_newest_segments_first_and_each_once(tmp_path: Path) -> None:
+    j = episodes_journal(tmp_path)
+    j.open()
+    for i in range(1500):  # several 256 KiB segments
+        j.append(encode_episode({"task_id": f"t-{i}", "decisions": i % 7,
+                                 "pad": "p" * 400}), sync=False)
+    j.close()
+    segs = Journal(tmp_path, "episodes").segments()
+    assert len(segs) >= 3
+    lookup = EpisodeLookup(tmp_path)
+    assert lookup.steps("t-1499") == 1499 % 7
+    assert len(lookup._read) == 1  # a recent task: the newest segment only
+    assert lookup.steps("t-0") == 0 and lookup.steps("t-nope") is None
+    assert len(lookup._read) == len(segs)
+    segs[0].unlink()  # pruned (the journal is bounded): its episodes are gone for labels too
+    assert lookup.steps("t-0") is None and lookup.steps("t-1499") == 1499 % 7

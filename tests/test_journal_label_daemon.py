@@ -18,8 +18,11 @@ from mosquitto import Mosquitto, Probe, wait_until
 
 from edge_agent.store.decisions import journal_dir, read_decisions
 
-SLOW = tuple(f"executor.l1_timeouts_s.{s}=60" for s in (
-    "approach", "grasp", "lift", "transfer", "release", "retreat"))
+# This test is about episodes and labels, not about L1 or the deadman: generous L1 timeouts, and
+# a 1 s deadman (measured: with three such daemons at once on this 2-core VM, a 250 ms deadman
+# tripped mid-approach and the task never ended)
+SLOW = (*(f"executor.l1_timeouts_s.{s}=60" for s in (
+    "approach", "grasp", "lift", "transfer", "release", "retreat")), "link.deadman_ms=1000")
 
 
 def _payload(msg: Any) -> dict[str, Any]:

@@ -295,7 +295,7 @@ class ReportsSection:
 
 @dataclass(frozen=True, slots=True)
 class JournalSection:
-    """[journal]: the append-only decision journal."""
+    """[journal]: the append-only decision journal, the tasks' episode records and labels."""
 
     enabled: bool = opt("bool", True)
     segment_bytes: int = opt("int", 4 << 20, lo=64 << 10, hi=1 << 30)

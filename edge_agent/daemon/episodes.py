@@ -9,8 +9,8 @@ publishes the executor's events, never the control thread — it writes the task
 with the model that decided (name, version, sha256) and the decisions per backend.
 
 `journal.label` runs on the command API's worker (the inbox worker for MQTT): it checks the task
-id against the episodes on disk (read once, lazily: the journal is bounded) and the ones ended
-since, then appends the label (store/labels.py: small, fsynced, under a file lock).
+id against the episodes ended in this boot and those on disk (newest segment first, each read
+once), then appends the label (store/labels.py: small, fsynced, under a file lock).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from edge_agent.commands import CommandAPI, CommandContext, CommandRefused, Erro
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
 from edge_agent.store.decisions import DecisionJournal, journal_dir
-from edge_agent.store.episodes import EpisodeMark, episode_index
+from edge_agent.store.episodes import EpisodeLookup, EpisodeMark
 from edge_agent.store.labels import LabelError, LabelFile
 from edge_agent.vocab import EventType
 
@@ -58,7 +58,7 @@ class Episodes:
         self._lock = threading.Lock()
         self._active: set[str] = set()  # degradation modes in force now
         self._open: dict[str, Any] | None = None  # the running task's episode so far
-        self._index: dict[str, int] | None = None  # episodes on disk, read on the first label
+        self._lookup = EpisodeLookup(self.dir)  # earlier boots' episodes on disk
         self._ended: dict[str, int] = {}  # episodes ended in this boot: task id → decisions
         self.written = 0
         comms.add_listener(self.on_event)
@@ -142,19 +142,13 @@ class Episodes:
 
     # -- labels (the command worker) -----------------------------------------------------
     def known(self, task_id: str) -> int | None:
-        """Decisions of the episode `task_id` (None: no such episode). The first call reads the
-        episode journal (bounded: store/episodes.py); later ones only memory."""
+        """Decisions of the episode `task_id` (None: no such episode): this boot's from memory,
+        earlier ones from the episode journal, newest segment first, each segment read once
+        (store/episodes.py `EpisodeLookup`: a recent task costs one 256 KiB segment)."""
         with self._lock:
             if task_id in self._ended:
                 return self._ended[task_id]
-            index = self._index
-        if index is None:
-            if self.decisions is not None:
-                self.decisions.flush(1.0)  # this boot's episodes on disk first
-            index = episode_index(self.dir)
-            with self._lock:
-                self._index = index
-        return index.get(task_id)
+        return self._lookup.steps(task_id)  # the command worker's only: one at a time
 
     def label(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         """`journal.label {"task_id", "verdict", "note"?, "step"?}`: append one label."""

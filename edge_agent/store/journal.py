@@ -330,23 +330,27 @@ class Journal:
     def iter_records(self) -> Iterator[bytes]:
         """Every valid record of every segment, oldest first; garbage is skipped, never raised."""
         for seg in self.segments():
-            try:
-                with open(seg, "rb") as f:
-                    head = f.read(len(MAGIC))
-                    if head != MAGIC:
-                        if MAGIC.startswith(head):  # torn while being created: holds nothing
-                            log.info("journal_segment_empty", journal=self.name,
-                                     segment=str(seg), header_bytes=len(head))
-                        else:
-                            self._skip(seg, len(MAGIC), "foreign header")
-                        continue
-                    for pos, item in _scan(f):
-                        if isinstance(item, str):
-                            self._skip(seg, pos, item)
-                            break
-                        yield item
-            except OSError as exc:
-                self._skip(seg, 0, f"unreadable: {exc}")
+            yield from self.iter_segment(seg)
+
+    def iter_segment(self, seg: Path) -> Iterator[bytes]:
+        """The valid records of one segment file (`segments()`), oldest first; never raises."""
+        try:
+            with open(seg, "rb") as f:
+                head = f.read(len(MAGIC))
+                if head != MAGIC:
+                    if MAGIC.startswith(head):  # torn while being created: holds nothing
+                        log.info("journal_segment_empty", journal=self.name,
+                                 segment=str(seg), header_bytes=len(head))
+                    else:
+                        self._skip(seg, len(MAGIC), "foreign header")
+                    return
+                for pos, item in _scan(f):
+                    if isinstance(item, str):
+                        self._skip(seg, pos, item)
+                        break
+                    yield item
+        except OSError as exc:
+            self._skip(seg, 0, f"unreadable: {exc}")
 
     def _skip(self, seg: Path, pos: int, why: str) -> None:
         self.corrupt_skipped += 1
