@@ -183,3 +183,6 @@ class DegradationMode(StrEnum):
     SENSOR_PREDICTED = "sensor_predicted"  # a channel lost: Kalman-predicted inside its bound
     SENSOR_FILTERED = "sensor_filtered"  # a spike storm on a channel: its running median is used
     BROKER_LOST = "broker_lost"  # MQTT down: commands only over the local socket, outbound buffered
+    # the state dir's disk under store.min_free_bytes (or the snapshot reserve not whole): the
+    # journal and report plots shed, snapshots written into the preallocated reserve
+    STORAGE_LOW = "storage_low"

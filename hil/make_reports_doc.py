@@ -269,11 +269,18 @@ fault, the sensor window (the raw samples: a table of evenly spaced rows here, a
 report's JSON and its plot) and the last policy decisions from the journal.
 
 The daemon persists each report in `<state_dir>/outbox/` first (atomic write, fsync, survives
-kill -9), draws the plot in a subprocess (matplotlib, never in the daemon process), then delivers
+kill -9; on a full disk the report stays in memory and is delivered all the same, and under
+`storage_low` no plot is drawn: docs/HEALTH.md "A full disk"), draws the plot in a subprocess
+(matplotlib, never in the daemon process), then delivers
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
 webhook (`reports.webhook_url`: a WeCom summary + the plot image, or one JSON POST), each with
 retries and an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK,
-not when the message was sent. `edge-agent reports list | show ID` reads them on the robot.
+not when the message was sent. `edge-agent reports list | show ID` reads them on the robot. The
+webhook's answer is read up to 4 KiB and no further (a receiver's is ~30 bytes): a longer one — a
+proxy's or a captive portal's page, a receiver streaming without end — fails that delivery with
+`HTTP 200 with an answer over 4096 bytes` in `status` (`reports.last_error`), the connection is
+closed with the rest unread and the report is retried like any failure (it is already on disk and
+MQTT).
 Each degradation mode entered or left (the health monitor, docs/HEALTH.md) is a report on the
 same path (`ModeRecord` in edge_agent/reports/record.py: kind `mode_entered` / `mode_left`, the
 capabilities lost, the fallback in use, the recovery rule and the next probe's time). Every

@@ -6,6 +6,7 @@ our own schema checks in test_asyncapi.py are not enough: tooling reads the docu
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -29,10 +30,10 @@ def test_the_checker_rejects_an_invalid_document(tmp_path: Path) -> None:
     """The check can fail: an empty enum (what DegradationMode once had) is an error."""
     doc = (REPO / "docs" / "asyncapi.yaml").read_text(encoding="utf-8")
     bad = tmp_path / "bad.yaml"
-    modes = ("      enum: [cpu_inference, remote_policy_lost, cached_policy, rule_policy, "
-             "sensor_predicted,\n             sensor_filtered, broker_lost]\n")
-    assert modes in doc
-    bad.write_text(doc.replace(modes, "      enum: []\n", 1), encoding="utf-8")
+    # the DegradationMode enum, whatever modes it lists today
+    found = re.search(r"enum: \[cpu_inference,[^\]]*\]", doc)
+    assert found is not None
+    bad.write_text(doc.replace(found.group(0), "enum: []", 1), encoding="utf-8")
     assert bad.read_text(encoding="utf-8") != doc
     proc = subprocess.run([shutil.which("node") or "node", str(CHECKER / "check.mjs"), str(bad)],
                           capture_output=True, text=True, timeout=120, check=False)

@@ -183,6 +183,37 @@ def test_real_enospc_is_disk_full(tmp_path: Path) -> None:
         assert ts == [float(i) for i in range(len(ts))] and len(ts) > 100
 
 
+def test_storage_low_sheds_then_takes_back_a_journal_the_full_disk_turned_off(
+        tmp_path: Path) -> None:
+    with tiny_fs(tmp_path / "fs", "64k") as fs:
+        events: list[dict[str, Any]] = []
+        (fs / "fill").write_bytes(b"\0" * (40 << 10))  # another writer's
+        dj = DecisionJournal(fs / "j", segment_bytes=1 << 20, on_event=events.append)
+        dj.open()
+        for k in range(2000):
+            dj.record(_decision(k))
+        dj.flush(10)
+        assert dj.disabled == "disk_full" and len(events) == 1
+        written = dj.stats()["written"]
+        dj.set_shedding(True)  # storage_low entered
+        assert dj.record(_decision(3000)) is False and dj.stats()["shed"] == 1
+        dj.set_shedding(False)  # left while the disk is still full: back, and off again
+        assert dj.disabled is None
+        for k in range(2000):
+            dj.record(_decision(3000 + k))
+        dj.flush(10)
+        assert dj.disabled == "disk_full" and len(events) == 2
+        written = dj.stats()["written"]
+        dj.set_shedding(True)
+        (fs / "fill").unlink()  # the other writer lets go
+        dj.set_shedding(False)
+        assert dj.disabled is None and dj.stats()["enabled"], dj.stats()
+        assert dj.record(_decision(9000)) and dj.flush(10)
+        assert dj.stats()["written"] == written + 1
+        dj.stop()
+        assert [d.t for d in read_decisions(fs / "j")][-1] == 9000.0
+
+
 # --------------------------------------------------------------------------- kill -9 loop
 
 _WRITER_CHILD = textwrap.dedent("""

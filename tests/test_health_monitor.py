@@ -243,11 +243,15 @@ def test_loop_probe() -> None:
 
 def test_store_and_startup_probes(tmp_path: Path) -> None:
     j: dict[str, Any] = {"disabled": None}
-    p = StoreProbe(tmp_path, lambda: j, warn_free_bytes=0, error_free_bytes=0)
+    p = StoreProbe(tmp_path, lambda: j, warn_free_bytes=0, min_free_bytes=0)
     r = p.check(0.0)
     assert r.level.label == "ok" and float(r.figures["free_mb"] or 0) > 0
-    j["disabled"] = "disk_full"
-    assert p.check(1.0).failed
+    j["disabled"] = "io_error"  # no storage fallback for an I/O error: a level, not a strike
+    r = p.check(1.0)
+    assert r.level.label == "warn" and "journal is off" in r.message, r
+    assert p.fails_on({"type": "journal_disabled", "cause": "io_error"}) is None
+    assert p.fails_on({"type": "journal_disabled", "cause": "disk_full"})  # a full disk: at once
+    assert StoreProbe(tmp_path, lambda: None, min_free_bytes=1 << 62).check(0.0).failed
     low = StoreProbe(tmp_path, lambda: None, warn_free_bytes=1 << 62)
     assert low.check(0.0).level.label == "warn"
     assert StoreProbe(tmp_path / "gone", lambda: None).check(0.0).failed

@@ -5,6 +5,7 @@ merged repeats, bounded with drops counted, a restart)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from markdown_it import MarkdownIt
 from mosquitto import wait_until
+from tiny_fs import tiny_fs
 
 from edge_agent.executor.controllers import Measured
 from edge_agent.executor.monitor import SensorRing
@@ -318,6 +320,47 @@ def test_a_storm_of_one_fault_draws_one_plot(tmp_path: Path) -> None:
     plots = {r.id: json.loads((tmp_path / "outbox" / f"{r.id}.json").read_text())["plot"]
              for r in reps}
     assert plots[reps[1].id].startswith("none: a repeat") and plots[reps[0].id] == "ok"
+
+
+class _Memory:
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, Path | None]] = []
+
+    def wait_s(self, now: float) -> float:
+        return 0.0
+
+    def group(self, entry: Entry, pending: Any) -> list[Entry]:
+        return []
+
+    def deliver(self, entry: Entry, merged: Any, plot: Path | None,
+                state: dict[str, Any]) -> Result:
+        self.got.append((entry.id, plot))
+        return Result(True)
+
+
+def test_on_a_full_disk_a_report_is_delivered_from_memory_and_storage_low_draws_no_plot(
+        tmp_path: Path) -> None:
+    with tiny_fs(tmp_path / "fs", "256k") as fs:
+        sink = _Memory()
+        ob = Outbox(fs / "outbox", [sink], retry_min_s=0.05)
+        ob.start()
+        try:
+            dd = subprocess.run(["dd", "if=/dev/zero", f"of={fs / 'fill'}", "bs=4k"],
+                                capture_output=True, check=False)  # another process fills it
+            assert b"No space left" in dd.stderr, dd.stderr
+            ob.shed_plots = True  # what storage_low sets (health_sources.py)
+            r = _stop_report()
+            assert r.window is not None  # a report that would get a plot
+            ob.submit(lambda: r)
+            wait_until(lambda: bool(sink.got), 30, "delivered")
+        finally:
+            ob.stop()
+        assert sink.got == [(r.id, None)]
+        st = ob.status()
+        assert st["unpersisted"] >= 1 and st["shed_plots"] is True, st
+        assert not list((fs / "outbox").glob("0*"))  # nothing written, nothing drawn
 
 
 def test_watch_prints_the_report_title() -> None:

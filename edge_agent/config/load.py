@@ -49,6 +49,7 @@ from edge_agent.config.schema import (
     Secret,
     SimSection,
     Spec,
+    StoreSection,
 )
 from edge_agent.config.values import Elided, config_keys, convert, read_table, unknown
 from edge_agent.errors import ConfigError
@@ -74,6 +75,7 @@ class Config:
     health: HealthSection
     reports: ReportsSection
     journal: JournalSection
+    store: StoreSection
     log: LogSection
     debug: DebugSection
     sim: SimSection

@@ -307,6 +307,17 @@ class JournalSection:
 
 
 @dataclass(frozen=True, slots=True)
+class StoreSection:
+    """[store]: the state directory's free space: the storage_low mode and the snapshot reserve."""
+
+    # under this much free space the store probe strikes toward storage_low (docs/HEALTH.md)
+    min_free_bytes: int = opt("int", 64 << 20, lo=1 << 20, hi=1 << 40)
+    # preallocated for the stop model's snapshots, in 256 KiB chunks (rounded down)
+    reserve_bytes: int = opt("int", 1 << 20, lo=256 << 10, hi=1 << 30,
+                             hint="at least one 256 KiB chunk")
+
+
+@dataclass(frozen=True, slots=True)
 class LogSection:
     """[log]: level and output format."""
 
@@ -339,7 +350,7 @@ SECTIONS: dict[str, type] = {
     "device": DeviceSection, "mqtt": MqttSection, "link": LinkSection, "robot": RobotSection,
     "control": ControlSection, "executor": ExecutorSection, "inference": InferenceSection,
     "health": HealthSection, "reports": ReportsSection, "journal": JournalSection,
-    "log": LogSection, "debug": DebugSection, "sim": SimSection,
+    "store": StoreSection, "log": LogSection, "debug": DebugSection, "sim": SimSection,
 }
 # Keys outside any [section]; they must come before the first [section] in the file.
 TOP_LEVEL: dict[str, Spec] = {

@@ -54,7 +54,6 @@ from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_spawn import Spawned, spec_from_config
 from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
-from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
 
@@ -93,7 +92,7 @@ class Daemon:
         self.comms = CommsHub(cfg, self.boot_id, on_estop=self.estop, state=self.state,
                               telemetry=self.telemetry, spawn=self.threads.spawn)
         self.mirror = LinkMirror(self.hub, self.latch, self.comms.event, clock=self.clock.now)
-        self.snapshots = SnapshotStore(self.state_dir, persist.SNAPSHOT_NAME)
+        self.snapshots = persist.snapshot_store(self.state_dir, cfg.store.reserve_bytes)
         # stop epochs: nothing sent before the latest stop or reset moves the robot after it
         self.freshness = Freshness(cfg.mqtt.clock_skew_s)
         persist.prepare_state_dir(self.state_dir)  # the dedup window is persisted there
@@ -102,7 +101,8 @@ class Daemon:
             reset_min_interval_s=cfg.executor.reset_min_interval_s,
             failure_injection=cfg.debug.failure_injection, clock=self.clock,
             freshness=self.freshness)
-        # the decision journal, each task's episode record, journal.label (daemon/episodes.py)
+        # the decision journal (storage_low sheds it), each task's episode record, journal.label
+        # (daemon/episodes.py)
         self.episodes = Episodes(cfg, self.comms, self.boot_id)
         self.decisions = self.episodes.decisions
         self.executor = Executor(cfg.robot, self.latch, config=executor_config(cfg),
@@ -195,7 +195,8 @@ class Daemon:
         self.health = daemon_health(cfg, comms=self.comms, reports=self.reports,
                                     mirror=self.mirror, control=self.control,
                                     gc_stats=self.gc_stats, decisions=self.decisions,
-                                    background=self.startup.results, hub=self.hub)
+                                    background=self.startup.results, hub=self.hub,
+                                    reserve=self.snapshots.reserve)
         if self.eager:
             self._attach_inference_probes()
         self.threads.adopt("health", self.health.stop)

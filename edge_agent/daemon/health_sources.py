@@ -18,13 +18,20 @@ if TYPE_CHECKING:
     from edge_agent.executor.collector import CollectionStats
     from edge_agent.sensors.hub import SensorHub
     from edge_agent.store.decisions import DecisionJournal
+    from edge_agent.store.reserve import SpaceReserve
 
 
 def daemon_health(cfg: Config, *, comms: CommsHub, reports: DaemonReports, mirror: LinkMirror,
                   control: ControlPath, gc_stats: CollectionStats,
                   decisions: DecisionJournal | None, background: Mapping[str, Any],
-                  hub: SensorHub) -> HealthMonitor:
+                  hub: SensorHub, reserve: SpaceReserve | None = None) -> HealthMonitor:
     """The monitor (not started), tapped into every event the comms publish."""
+
+    def shed_storage(on: bool) -> None:
+        """storage_low: what can wait stops taking disk (the journal, report plots)."""
+        if decisions is not None:
+            decisions.set_shedding(on)
+        reports.outbox.shed_plots = on
 
     def guardian_alive() -> bool:
         g = control.guardian
@@ -44,4 +51,5 @@ def daemon_health(cfg: Config, *, comms: CommsHub, reports: DaemonReports, mirro
         loop_stats=lambda: control.loop.stats if control.loop is not None else None,
         gc_long_pauses=gc_long_pauses,
         journal_stats=lambda: decisions.stats() if decisions is not None else None,
-        state_dir=Path(cfg.state_dir), background=background, sensor_hub=hub))
+        state_dir=Path(cfg.state_dir), background=background, sensor_hub=hub, reserve=reserve,
+        shed_storage=shed_storage))

@@ -15,6 +15,7 @@ from typing import Any
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
+from edge_agent.store.reserve import SpaceReserve, no_space
 from edge_agent.store.snapshot import SnapshotStore
 
 _log = get_logger(__name__)
@@ -37,9 +38,20 @@ def prepare_state_dir(state_dir: Path) -> None:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
+def snapshot_store(state_dir: Path, reserve_bytes: int) -> SnapshotStore:
+    """The daemon's snapshot store with its space reserve (store/reserve.py); no I/O."""
+    return SnapshotStore(state_dir, SNAPSHOT_NAME,
+                         reserve=SpaceReserve.for_state_dir(state_dir, reserve_bytes))
+
+
 def restore(state_dir: Path, store: SnapshotStore) -> Restored:
-    """Load the snapshot and note (then set) the running marker."""
+    """Load the snapshot, take the snapshot reserve, note (then set) the running marker."""
     out = Restored()
+    if store.reserve is not None:
+        held = store.reserve.take()
+        if held < store.reserve.chunks:  # the store probe says so too, and re-takes it
+            _log.warning("snapshot_reserve_short", held=held, chunks=store.reserve.chunks,
+                         error=store.reserve.last_error)
     report = store.load_report()
     if report.data is not None:
         out.data = dict(report.data)
@@ -60,7 +72,11 @@ def _write_marker(path: Path) -> None:
         # O_NOFOLLOW: a symlink planted as `running` must not redirect the write elsewhere
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
-            os.write(fd, f"{os.getpid()}\n".encode())
+            try:
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError as exc:  # a full disk: the marker's existence is what counts
+                if not no_space(exc):
+                    raise
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -1,11 +1,13 @@
 """The daemon's own health probes: broker, link, control loop, store, start-up work.
 
 Each reads counters other parts keep, through the plain callables it is built with (wiring.py
-passes them), and never blocks; `fails_on(event)` is each one's event fast path (probe.py
-EventAware). Counters are compared with the previous run, so "per window"
-means "since the last run of this probe" (its period). Only the broker probe has a degradation
-mode (`broker_lost`); the others report levels only: a link fault is a protective stop already,
-and a late loop, a full disk or failed start-up work has no fallback to switch to.
+passes them), and never blocks (the store probe's one write: re-taking a missing snapshot
+reserve chunk, a posix_fallocate and an fsync, inside the probe budget); `fails_on(event)` is
+each one's event fast path (probe.py EventAware). Counters are compared with the previous run,
+so "per window" means "since the last run of this probe" (its period). Only the broker probe and
+the store probe have a degradation mode (`broker_lost`, `storage_low`); the others report levels
+only: a link fault is a protective stop already, and a late loop or failed start-up work has no
+fallback to switch to.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.health.probe import Figure, ProbeResult
+from edge_agent.store.reserve import SpaceReserve
 from edge_agent.vocab import DegradationMode, EventType
 
 
@@ -175,21 +178,25 @@ class LoopProbe(_Base):
 
 
 class StoreProbe(_Base):
-    """Disk free under the state directory and the decision journal's state.
+    """Disk free under the state directory, the snapshot reserve, the decision journal's state.
 
-    ERROR: less than `error_free_bytes` free, or the journal turned itself off (journal_disabled);
-    WARN: less than `warn_free_bytes` free."""
+    ERROR (a strike toward `storage_low`): less than `min_free_bytes` free, or the snapshot
+    reserve (store/reserve.py) not whole — each run first re-takes the chunks there is room for;
+    WARN: less than `warn_free_bytes` free, or the journal turned itself off (journal_disabled:
+    a full disk shows in the free space; an I/O error has no storage fallback)."""
 
     name = "store"
+    mode: DegradationMode | None = DegradationMode.STORAGE_LOW
 
     def __init__(self, state_dir: Path, journal: Callable[[], Mapping[str, Any] | None], *,
-                 warn_free_bytes: int = 512 << 20, error_free_bytes: int = 64 << 20,
-                 period_s: float | None = None) -> None:
+                 reserve: SpaceReserve | None = None, warn_free_bytes: int = 512 << 20,
+                 min_free_bytes: int = 64 << 20, period_s: float | None = None) -> None:
         super().__init__(period_s)
-        self.state_dir, self._journal = state_dir, journal
-        self.warn_free_bytes, self.error_free_bytes = warn_free_bytes, error_free_bytes
+        self.state_dir, self._journal, self.reserve = state_dir, journal, reserve
+        self.warn_free_bytes, self.min_free_bytes = warn_free_bytes, min_free_bytes
 
     def check(self, now: float) -> ProbeResult:
+        held = self.reserve.take() if self.reserve is not None else None
         try:
             st = os.statvfs(self.state_dir)
         except OSError as exc:
@@ -197,19 +204,30 @@ class StoreProbe(_Base):
         free = st.f_bavail * st.f_frsize
         j = self._journal()
         disabled = j.get("disabled") if j else None
-        figs: dict[str, Figure] = {"free_mb": round(free / 1e6, 1),
+        figs: dict[str, Figure] = {"free_mb": round(free / 1e6, 3),
+                                   "min_free_mb": round(self.min_free_bytes / 1e6, 3),
                                    "journal": None if j is None else not disabled,
                                    "journal_disabled": disabled}
-        if free < self.error_free_bytes:
-            return ProbeResult.error(f"{free / 1e6:.0f} MB free under {self.state_dir}", **figs)
+        if self.reserve is not None:
+            r = self.reserve.status()
+            figs.update(reserve_held=held, reserve_chunks=r["chunks"],
+                        reserve_lent=r["lent"], reserve_retaken=r["retaken"])
+        if free < self.min_free_bytes:
+            return ProbeResult.error(f"{free / 1e6:.1f} MB free under {self.state_dir} (under "
+                                     f"store.min_free_bytes, {self.min_free_bytes / 1e6:.0f} MB)",
+                                     **figs)
+        if self.reserve is not None and held is not None and held < self.reserve.chunks:
+            return ProbeResult.error(f"the snapshot reserve holds {held} of {self.reserve.chunks}"
+                                     f" chunks: {self.reserve.last_error or 'not re-taken'}",
+                                     **figs)
         if disabled:
-            return ProbeResult.error(f"the decision journal is off: {disabled}", **figs)
+            return ProbeResult.warn(f"the decision journal is off: {disabled}", **figs)
         if free < self.warn_free_bytes:
             return ProbeResult.warn(f"{free / 1e6:.0f} MB free under {self.state_dir}", **figs)
         return ProbeResult.ok(f"{free / 1e9:.1f} GB free", **figs)
 
     def fails_on(self, event: Mapping[str, Any]) -> str | None:
-        if event.get("type") == EventType.JOURNAL_DISABLED:
+        if event.get("type") == EventType.JOURNAL_DISABLED and event.get("cause") == "disk_full":
             return f"the decision journal is off: {event.get('cause')}"
         return None
 

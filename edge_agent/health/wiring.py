@@ -3,7 +3,8 @@
 `build_health(cfg, sources)` registers the probes (the daemon's own, health/probes.py; the
 per-channel sensor probes; the inference probes once the policy stack exists:
 `attach_inference_probes`) and turns each mode transition into (after switching the hub's
-channel to its median for `sensor_filtered`):
+channel to its median for `sensor_filtered`, after shedding the journal and report plots for
+`storage_low` or taking them back):
 - an event `{"type": degraded | recovered, "mode", "subject", "probe", "cause", "figures"}`,
 - a changed `state` (`state.degraded` reads `HealthMonitor.degraded()`),
 - a repair report (`ModeRecord` → the daemon's reports outbox) whose recovery is the rule in
@@ -29,6 +30,7 @@ from edge_agent.health.probe import Probe
 from edge_agent.health.probes import BrokerProbe, LinkProbe, LoopProbe, StartupProbe, StoreProbe
 from edge_agent.log import get_logger
 from edge_agent.reports.record import ModeRecord
+from edge_agent.store.reserve import SpaceReserve
 from edge_agent.vocab import DegradationMode, EventType
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ CAPABILITIES: Mapping[DegradationMode, tuple[str, ...]] = {
     DegradationMode.RULE_POLICY: ("every policy model",),
     DegradationMode.SENSOR_PREDICTED: ("a sensor channel's measurements",),
     DegradationMode.SENSOR_FILTERED: ("a sensor channel's raw samples (a spike storm)",),
+    DegradationMode.STORAGE_LOW: ("the decision journal", "report plots",
+                                  "free space under the state directory"),
 }
 FALLBACK: Mapping[DegradationMode, str] = {
     DegradationMode.BROKER_LOST: ("commands over the local control socket; events and state "
@@ -58,6 +62,11 @@ FALLBACK: Mapping[DegradationMode, str] = {
     DegradationMode.SENSOR_FILTERED: ("the median of the channel's last spike-filter window of "
                                       "samples, for every sample (a wiring or EMI fault is "
                                       "likely: check the sensor's cable and shield)"),
+    DegradationMode.STORAGE_LOW: ("decisions not journaled (counted as shed), reports without "
+                                  "a plot; snapshots (the stop state) go on, into the "
+                                  "preallocated reserve when the disk has no room — a protective "
+                                  "stop (snapshot_failed) only once the reserve is gone: free "
+                                  "space under the state directory"),
 }
 
 
@@ -81,6 +90,8 @@ class HealthSources:
     state_dir: Path
     background: Mapping[str, Any]  # the daemon's start-up work results
     sensor_hub: Any = None  # for the sensor probes (health/sensor_probes.py)
+    reserve: SpaceReserve | None = None  # the snapshots' space reserve (the store probe)
+    shed_storage: Callable[[bool], None] | None = None  # storage_low entered (True) / left
     clock: Callable[[], float] = time.monotonic
 
 
@@ -92,7 +103,8 @@ def daemon_probes(cfg: Config, src: HealthSources) -> list[Probe]:
         LinkProbe(src.link_frames, src.link_up, src.guardian_alive,
                   min_frames_hz=0.5 * status_hz),
         LoopProbe(src.loop_stats, src.gc_long_pauses, rate_hz=cfg.control.rate_hz),
-        StoreProbe(src.state_dir, src.journal_stats),
+        StoreProbe(src.state_dir, src.journal_stats, reserve=src.reserve,
+                   min_free_bytes=cfg.store.min_free_bytes),
         StartupProbe(src.background),
     ]
 
@@ -149,6 +161,8 @@ def _router(src: HealthSources, recover_after: int
     def on_transition(t: Transition, monitor: HealthMonitor) -> None:
         if t.mode is DegradationMode.SENSOR_FILTERED and src.sensor_hub is not None:
             src.sensor_hub.set_median(t.subject, t.entered)  # the mode's fallback, then the news
+        if t.mode is DegradationMode.STORAGE_LOW and src.shed_storage is not None:
+            src.shed_storage(t.entered)  # shed before the report, which needs a little disk
         src.publish({"type": EventType.DEGRADED if t.entered else EventType.RECOVERED,
                      "mode": t.mode, "subject": t.subject, "probe": t.probe, "cause": t.cause,
                      "figures": dict(t.figures)})

@@ -8,7 +8,9 @@
 Each report is one file `<id>.json` (the report, its Markdown, and per sink: pending / done /
 merged, attempts, next try, last error), written atomically (temp → fsync → rename → fsync dir)
 before any delivery, and rewritten after each delivery step — so a restart delivers exactly what
-was not yet acknowledged, with the same idempotency key. The plot is `<id>.png`, drawn by a
+was not yet acknowledged, with the same idempotency key. A write that fails (a full disk) leaves
+the entry in memory, delivered all the same (`unpersisted` counts them); under storage_low
+(`shed_plots`) no plot is drawn. The plot is `<id>.png`, drawn by a
 subprocess (reports/plot.py). When every sink is done the files are removed. The outbox holds at
 most `max_entries` reports: a new one past that drops the oldest, counted in `state.json` and
 told through `on_event` (a `report_dropped` event). Nothing here runs on the control path.
@@ -32,11 +34,14 @@ from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
 from edge_agent.reports.record import Report, ReportKind, is_report_id
 from edge_agent.store import json_pieces
-from edge_agent.store.atomic import remove_durably, write_atomic
+from edge_agent.store.atomic import read_capped, remove_durably, write_atomic
 from edge_agent.vocab import EventType
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
+# An entry is ~50 KB (the record with its raw sensor window, the Markdown); a file past this is
+# set aside as corrupt, not read: at most `max_entries` of them are held.
+ENTRY_MAX_BYTES = 4 << 20
 PENDING, DONE, MERGED = "pending", "done", "merged"
 
 
@@ -133,6 +138,8 @@ class Outbox:
         # report, filed once a period, always gets its plot
         self.plot_repeat_s = plot_repeat_s
         self._plotted: dict[str, float] = {}  # fault -> wall time of its last plot
+        self.shed_plots = False  # storage_low (health/wiring.py): no new PNGs on a short disk
+        self.unpersisted = 0  # writes of an entry that failed (a full disk): kept in memory
         self._secrets = tuple(secrets)
         self._on_event = on_event
         self._entries: dict[str, Entry] = {}
@@ -165,6 +172,7 @@ class Outbox:
             return {"pending": len(self._entries), "dropped": self.dropped,
                     "built": self.built, "delivered": dict(self.delivered),
                     "failed_attempts": dict(self.failures), "corrupt": self.corrupt,
+                    "unpersisted": self.unpersisted, "shed_plots": self.shed_plots,
                     "last_error": dict(self.last_error), "sinks": [s.name for s in self.sinks]}
 
     def pending_ids(self) -> list[str]:
@@ -191,12 +199,12 @@ class Outbox:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         with contextlib.suppress(OSError, ValueError, TypeError):
-            self.dropped = int(json.loads((self.dir / STATE_NAME).read_text())["dropped"])
+            self.dropped = int(json.loads(read_capped(self.dir / STATE_NAME, 64 << 10))["dropped"])
         for path in sorted(self.dir.glob("*.json")):
             if not is_report_id(path.stem):
                 continue
             try:
-                entry = Entry.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                entry = Entry.from_dict(json.loads(read_capped(path, ENTRY_MAX_BYTES)))
                 for s in self.sinks:  # a sink added since: deliver there too
                     entry.sinks.setdefault(s.name, {"state": PENDING, "attempts": 0})
                 self._entries[entry.id] = entry
@@ -231,18 +239,19 @@ class Outbox:
             except Exception:
                 _log.exception("report_build_failed")
                 continue
-            plot_name = (f"{report.id}.png" if self.plot and report.has_plot and (
-                report.kind is ReportKind.DRIFT or not self._repeat(report)) else None)
+            plot_name = (f"{report.id}.png" if self.plot and report.has_plot and not
+                         self.shed_plots and (report.kind is ReportKind.DRIFT
+                                              or not self._repeat(report)) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
                           if not report.has_plot else "none: plots are off"
-                          if not self.plot else
-                          f"none: a repeat within {self.plot_repeat_s:g} s")
+                          if not self.plot else "none: shed (storage_low)"
+                          if self.shed_plots else f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
-            self._persist(entry)  # durable before anything is delivered
+            self._persist(entry)  # durable before anything is delivered (where the disk allows)
             with self._lock:
                 self._entries[entry.id] = entry
                 self.built += 1
@@ -279,7 +288,10 @@ class Outbox:
             entry = self._entries.get(entry_id)
             if entry is None:
                 continue
-            if entry.plot is None:
+            if entry.plot is None and self.shed_plots:
+                entry.plot = "none: shed (storage_low)"
+                self._persist(entry)
+            elif entry.plot is None:
                 self._draw(entry)
             for sink in self.sinks:
                 wait = min(wait, self._try_sink(entry, sink))
@@ -360,4 +372,12 @@ class Outbox:
         return members
 
     def _persist(self, entry: Entry) -> None:
-        write_atomic(self.dir / f"{entry.id}.json", entry.to_json().encode())
+        """Rewrite the entry's file; on a full disk (or another write error) it stays in memory,
+        delivered all the same, and the next step's write tries again."""
+        try:
+            write_atomic(self.dir / f"{entry.id}.json", entry.to_json().encode())
+        except OSError as exc:
+            with self._lock:
+                self.unpersisted += 1
+            _log.warning("report_persist_failed", id=entry.id, error=str(exc),
+                         unpersisted=self.unpersisted)

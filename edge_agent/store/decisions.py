@@ -187,6 +187,9 @@ class DecisionJournal:
         self.disabled: str | None = None  # why the journal was turned off
         self.submitted = 0
         self.rejected = 0  # malformed records, queue full, or after it was turned off
+        # storage_low (health/wiring.py): a decision can wait, the disk's last space cannot
+        self.shedding = False
+        self.shed = 0  # records not journaled while shedding
         # the newest journaled records as written (a repair report's "last decisions"): an
         # append of bytes already packed, so reading them never scans the journal on disk
         self._recent: deque[bytes] = deque(maxlen=64)
@@ -219,6 +222,9 @@ class DecisionJournal:
 
     def record(self, decision: Mapping[str, Any] | Any) -> bool:
         """Queue one decision; never blocks, never raises. False when not journaled."""
+        if self.shedding:
+            self.shed += 1
+            return False
         if not self.enabled:
             self.rejected += 1
             return False
@@ -269,6 +275,25 @@ class DecisionJournal:
         out = [decode_decision(p) for p in list(self._recent)[-n:]] if n > 0 else []
         return [d for d in out if d is not None]
 
+    def set_shedding(self, on: bool) -> None:
+        """Stop journaling (counted in `shed`) while the disk is short (storage_low), or resume:
+        a journal a full disk turned off (cause disk_full, before the mode held) comes back too
+        — a failed append was cut back, so the journal is whole; an fsync failure never does."""
+        if on != self.shedding:
+            log.warning("decision_journal_shedding" if on else "decision_journal_resumed",
+                        shed=self.shed)
+        self.shedding = on
+        if on:
+            return
+        with self._lock:
+            if self.disabled != "disk_full" or self._stopped or self.journal.broken is not None:
+                return
+            self.disabled = None
+            reopen = not self._open
+        log.warning("decision_journal_reenabled", reopen=reopen)
+        if reopen:
+            self.open()  # turned off at open(): a failure turns it off again, with its event
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every record queued so far is durable (or failed)."""
         return self._writer.flush(timeout)
@@ -277,7 +302,8 @@ class DecisionJournal:
         w = self._writer.stats
         return {"enabled": self.enabled, "disabled": self.disabled, "submitted": self.submitted,
                 "written": w.records_written, "dropped": w.records_dropped,
-                "rejected": self.rejected, "errors": w.errors,
+                "rejected": self.rejected, "errors": w.errors, "shedding": self.shedding,
+                "shed": self.shed,
                 "segments": len(self.journal.segments())}
 
     def _on_store_error(self, name: str, exc: BaseException) -> None:

@@ -29,8 +29,8 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
@@ -79,6 +79,10 @@ def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     return crc ^ 0xFFFFFFFF
 
 
+_PIECE = 1 << 20  # bytes of a long record read at once (its CRC checked piece by piece)
+KEEP_RECORD_BYTES = 16 << 20  # iter_records: a longer record is skipped, never held
+
+
 def _record_crc(length: int, payload: bytes | memoryview) -> int:
     return crc32c(payload, crc32c(_LEN.pack(length)))
 
@@ -106,12 +110,13 @@ def _segment_name(name: str, index: int) -> str:
     return f"{name}.{index:010d}.jnl"
 
 
-def _scan(f: BinaryIO) -> Iterator[tuple[int, bytes | str]]:
-    """Yield (offset, payload) per valid record after MAGIC, then (offset, why) at a bad one.
+def _scan(f: BufferedIOBase, keep: int) -> Iterator[tuple[int, bytes | int | str]]:
+    """Yield (offset, payload) per valid record after MAGIC, then (offset, why) at a bad one;
+    a record longer than `keep` bytes is checked in pieces and yielded as its length (int).
 
     A length is checked against the file's size, not against today's `max_record_bytes`, so
     a journal reopened with smaller segments keeps its big records (and garbage lengths never
-    make us allocate more than the file holds)."""
+    make us allocate more than the file holds); `keep` bounds what is held at once."""
     size = os.fstat(f.fileno()).st_size
     pos = len(MAGIC)
     while True:
@@ -125,6 +130,17 @@ def _scan(f: BinaryIO) -> Iterator[tuple[int, bytes | str]]:
         if pos + _REC.size + length > size:
             yield pos, "short record"
             return
+        if length > keep:
+            got, left = crc32c(_LEN.pack(length)), length
+            buf = memoryview(bytearray(min(left, _PIECE)))
+            while left and (n := f.readinto(buf[:min(left, _PIECE)])):
+                got, left = crc32c(buf[:n], got), left - n
+            if left or got != crc:
+                yield pos, "short record" if left else "bad crc"
+                return
+            yield pos, length
+            pos += _REC.size + length
+            continue
         payload = f.read(length)
         if len(payload) < length:
             yield pos, "short record"
@@ -200,12 +216,12 @@ class Journal:
                 head = f.read(len(MAGIC))
                 if head == MAGIC:
                     end = len(MAGIC)
-                    for pos, item in _scan(f):
+                    for pos, item in _scan(f, 0):  # lengths only: nothing held
                         if isinstance(item, str):
                             why = item
                             break
                         records += 1
-                        end = pos + _REC.size + len(item)
+                        end = pos + _REC.size + (item if isinstance(item, int) else len(item))
                     size = os.fstat(f.fileno()).st_size
                     if size > end:
                         cut, why = size - end, why or "trailing bytes"
@@ -344,10 +360,13 @@ class Journal:
                     else:
                         self._skip(seg, len(MAGIC), "foreign header")
                     return
-                for pos, item in _scan(f):
+                for pos, item in _scan(f, KEEP_RECORD_BYTES):
                     if isinstance(item, str):
                         self._skip(seg, pos, item)
                         break
+                    if isinstance(item, int):  # valid, but longer than anything we write
+                        self._skip(seg, pos, f"record of {item} bytes not read")
+                        continue
                     yield item
         except OSError as exc:
             self._skip(seg, 0, f"unreadable: {exc}")

@@ -18,6 +18,10 @@ is missing and .snap.prev holds the old version; after the second .snap is the n
 takes the valid file with the highest generation, so it always returns the old or the new
 version, and never nothing once a save has completed.
 
+No room (ENOSPC) for the temp file: with a `reserve` (store/reserve.py) the save renames one of
+its preallocated chunks onto the temp file and writes into the chunk's blocks, then goes on as
+above (`reserve_saves` counts them); without one, or with the reserve gone, it raises.
+
 An fsync failure is fatal for the store (REQUIREMENTS 16): the error is raised and every later
 `save()` raises too — the page cache may have dropped the data, a retry could lie. Build a new
 `SnapshotStore` to try again. Not thread-safe: one thread (the store thread) saves.
@@ -39,6 +43,7 @@ from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
 from edge_agent.store import json_pieces
 from edge_agent.store.atomic import fsync_dir
+from edge_agent.store.reserve import SpaceReserve, no_space
 
 log = get_logger(__name__)
 
@@ -78,7 +83,8 @@ class SnapshotStore:
     """One named snapshot in a directory: `save(obj)` and `load()`. `__init__` does no I/O."""
 
     def __init__(self, directory: str | os.PathLike[str], name: str, *,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, reserve: SpaceReserve | None = None
+                 ) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name.startswith("."):
             raise ValueError(f"snapshot name {name!r}: use letters, digits, '_', '-' and '.'")
         self.directory = Path(directory)
@@ -91,6 +97,8 @@ class SnapshotStore:
         self.corrupt_files: list[CorruptFile] = []  # from the last load
         self.failed: StoreError | None = None  # set by an fsync failure; saves refused after
         self._current_ok: bool | None = None  # is self.path a valid snapshot? None: unknown
+        self.reserve = reserve  # space kept for a save on a full disk
+        self.reserve_saves = 0  # saves written into a reserve chunk
 
     # ------------------------------------------------------------------ load
 
@@ -198,13 +206,20 @@ class SnapshotStore:
             raise StoreError(f"snapshot {self.name}: {len(blob)} bytes > max_bytes")
         try:
             self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self._write_tmp(blob)
+            try:
+                self._write_tmp(blob)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    self.tmp_path.unlink()
+                if not no_space(exc) or not self._write_reserved(blob):
+                    raise
         except (OSError, StoreError) as exc:
             with contextlib.suppress(OSError):
                 self.tmp_path.unlink()
             if isinstance(exc, StoreError):
                 raise
-            raise StoreError(f"snapshot {self.name}: write failed: {exc}") from exc
+            gone = " (the space reserve is gone)" if self.reserve is not None else ""
+            raise StoreError(f"snapshot {self.name}: write failed{gone}: {exc}") from exc
         try:
             if self._current_ok:
                 with contextlib.suppress(FileNotFoundError):  # removed behind our back
@@ -228,6 +243,30 @@ class SnapshotStore:
             self._fsync(lambda: os.fsync(fd), "fsync(file)")
         finally:
             os.close(fd)
+
+    def _write_reserved(self, blob: bytes) -> bool:
+        """The temp file in a reserve chunk's blocks (the disk is full); False: none left."""
+        if self.reserve is None or not self.reserve.lend(self.tmp_path):
+            return False
+        fd = os.open(self.tmp_path, os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            while True:
+                try:
+                    view, at = memoryview(blob), 0
+                    while at < len(blob):  # over the chunk's allocated blocks, from offset 0
+                        at += os.pwrite(fd, view[at:], at)
+                    break
+                except OSError as exc:  # larger than the chunk: free another chunk's blocks
+                    if not no_space(exc) or not self.reserve.release_one():
+                        raise
+            os.ftruncate(fd, len(blob))  # the chunk's unused tail goes back to the filesystem
+            self._fsync(lambda: os.fsync(fd), "fsync(file)")
+        finally:
+            os.close(fd)
+        self.reserve_saves += 1
+        log.warning("snapshot_saved_from_reserve", snapshot=self.name, bytes=len(blob),
+                    reserve_held=self.reserve.held())
+        return True
 
     def _fsync(self, call: Callable[[], None], what: str) -> None:
         try:
