@@ -7,8 +7,9 @@ rename + fsync(dir) of the same bytes), so a slow disk or a loaded machine shows
 DIR must be on the disk under test (default: a temp dir under /var/tmp, not tmpfs).
 
 The decision journal's record path — what the control thread pays per decision — is timed
-twice in one run, interleaved: without episode fields (format 1, no episode mark) and with them
-(format 2: the mark stamps the task id and step and counts the backend), on a router-shaped
+three times in one run, interleaved: without episode fields (format 1, no episode mark), with
+them (format 2: the mark stamps the task id and step and counts the backend), and with episode
+fields plus the drift report's (state, action) count (store/drift_tally.py), on a router-shaped
 record paced at 1 kHz so the writer keeps up (issue 28: the cost must be unchanged).
 """
 
@@ -27,6 +28,7 @@ from pathlib import Path
 from edge_agent.policy_seam import OBS_FIELDS
 from edge_agent.store.crc32c import crc32c
 from edge_agent.store.decisions import DecisionJournal, encode_decision
+from edge_agent.store.drift_tally import DriftTally
 from edge_agent.store.episodes import EpisodeMark
 from edge_agent.store.journal import Journal
 from edge_agent.store.snapshot import SnapshotStore
@@ -85,41 +87,45 @@ def _bench_snapshot(d: Path, label: str, state: dict[str, object], n: int) -> No
 
 def _bench_decisions(root: Path, n: int) -> None:
     plain, episodes = DecisionJournal(root / "dj-plain"), DecisionJournal(root / "dj-episodes")
+    tallied = DecisionJournal(root / "dj-tally")
     mark = EpisodeMark()
     episodes.episode = mark
-    plain.open()
-    episodes.open()
+    tallied.episode = mark
+    tallied.tally = tally = DriftTally()
+    journals = (plain, episodes, tallied)
+    for j in journals:
+        j.open()
     rec = {"mono": 1.0, "state": "grasp", "observation": [0.1 * i for i in range(len(OBS_FIELDS))],
            "action": "continue", "backend": "local", "latency_ms": 0.4321, "outcome": "ok",
            "attempts": [["local", "ok"]]}
-    t_plain, t_ep = [], []
+    times: dict[int, list[float]] = {0: [], 1: [], 2: []}
     for i in range(n):
         if i % 200 == 0:  # a task of 200 decisions
             mark.follow({"type": EventType.TASK_DONE, "task_id": mark.task_id})
             mark.follow({"type": EventType.TASK_STARTED, "task_id": f"bench-{i // 200}"})
         rec["mono"] = float(i)
-        first, second = (plain, episodes) if i % 2 == 0 else (episodes, plain)  # no order bias
-        t0 = time.perf_counter()
-        first.record(rec)
-        t1 = time.perf_counter()
-        second.record(rec)
-        t2 = time.perf_counter()
-        a, b = (t_plain, t_ep) if i % 2 == 0 else (t_ep, t_plain)
-        a.append(t1 - t0)
-        b.append(t2 - t1)
+        for k in range(3):  # rotated: no order bias
+            which = (i + k) % 3
+            t0 = time.perf_counter()
+            journals[which].record(rec)
+            times[which].append(time.perf_counter() - t0)
         time.sleep(0.001)
-    _row("DecisionJournal.record, no episode fields", t_plain)
-    _row("DecisionJournal.record, with task id + step", t_ep)
-    plain.stop()
-    episodes.stop()
-    print(f"records: plain {plain.stats()}, episodes {episodes.stats()}")
+    _row("DecisionJournal.record, no episode fields", times[0])
+    _row("DecisionJournal.record, with task id + step", times[1])
+    _row("... + step + drift tally", times[2])
+    for j in journals:
+        j.stop()
+    print(f"records: plain {plain.stats()}, episodes {episodes.stats()}, "
+          f"tally {tallied.stats()}")
     # the CPU part alone (pack + stamp, no queue, no writer thread waking): the best of 60
-    # blocks each, the two alternating so that both see the same machine
+    # blocks each, the cases alternating so that all see the same machine
     reps, blocks = 5000, 60
     cases = (("encode, no episode fields", lambda: encode_decision(rec)),
              ("encode + stamp, task id + step",
-              lambda: encode_decision(rec, None, *mark.take(rec["backend"]))))
-    best = [math.inf, math.inf]
+              lambda: encode_decision(rec, None, *mark.take(rec["backend"]))),
+             ("drift tally count alone",
+              lambda: tally.count_decision(rec["state"], rec["action"])))
+    best = [math.inf] * len(cases)
     for _ in range(blocks):
         best = [min(b, timeit.timeit(fn, number=reps)) for b, (_, fn) in zip(best, cases,
                                                                              strict=True)]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.reports.build import utc
-from edge_agent.reports.record import Report
+from edge_agent.reports.record import Report, ReportKind
 
 REDACTED = "***"
 
@@ -38,6 +38,11 @@ def render_markdown(report: Report, *, max_rows: int = 20, plot_name: str | None
     if r.checks:
         lines += ["", "## What to check", ""] + [f"{i}. {_line(c)}"
                                                  for i, c in enumerate(r.checks, 1)]
+    if r.kind is ReportKind.DRIFT:  # its own figures; no sensor window, no decisions
+        from edge_agent.reports.drift import drift_markdown
+
+        lines += ["", *drift_markdown(r, plot_name)]
+        return redact("\n".join(lines) + "\n", secrets)
     if r.details:
         lines += ["", "## Details", "", *_table(("key", "value"), [
             (k, _value(v)) for k, v in r.details.items()])]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from edge_agent.log import get_logger
 from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
-from edge_agent.reports.record import Report, is_report_id
+from edge_agent.reports.record import Report, ReportKind, is_report_id
 from edge_agent.store import json_pieces
 from edge_agent.store.atomic import read_capped, remove_durably, write_atomic
 from edge_agent.vocab import EventType
@@ -134,7 +134,8 @@ class Outbox:
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
         # a plot costs a process and ~1 s of CPU: a repeat of the same fault inside this many
-        # seconds goes without one (a fault storm must not become a plotting storm)
+        # seconds goes without one (a fault storm must not become a plotting storm); a drift
+        # report, filed once a period, always gets its plot
         self.plot_repeat_s = plot_repeat_s
         self._plotted: dict[str, float] = {}  # fault -> wall time of its last plot
         self.shed_plots = False  # storage_low (health/wiring.py): no new PNGs on a short disk
@@ -238,14 +239,15 @@ class Outbox:
             except Exception:
                 _log.exception("report_build_failed")
                 continue
-            plot_name = (f"{report.id}.png" if self.plot and report.window and not
-                         self.shed_plots and not self._repeat(report) else None)
+            plot_name = (f"{report.id}.png" if self.plot and report.has_plot and not
+                         self.shed_plots and (report.kind is ReportKind.DRIFT
+                                              or not self._repeat(report)) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
-                          if report.window is None else "none: plots are off"
+                          if not report.has_plot else "none: plots are off"
                           if not self.plot else "none: shed (storage_low)"
                           if self.shed_plots else f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
@@ -255,7 +257,7 @@ class Outbox:
                 self.built += 1
             _log.info("report_built", id=report.id, kind=report.kind.value, title=report.title)
 
-    def _repeat(self, report: Report) -> bool:
+    def _repeat(self, report: Report) -> bool:  # a drift report (one a period) is never one
         last = self._plotted.get(report.fault)
         if last is None or not 0.0 <= report.wall - last < self.plot_repeat_s:
             self._plotted[report.fault] = report.wall  # this one gets the plot

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from edge_agent.log import get_logger
+from edge_agent.store.drift_tally import DriftTally
 from edge_agent.store.episodes import EpisodeMark, encode_episode, episodes_journal
 from edge_agent.store.journal import Journal, JournalFull, RepairReport
 from edge_agent.store.writer import StoreWriter
@@ -194,6 +195,8 @@ class DecisionJournal:
         self._recent: deque[bytes] = deque(maxlen=64)
         # the running task and its next step (set by the control path; None: no episodes)
         self.episode: EpisodeMark | None = None
+        # per (state, action) counts for the periodic drift report (None: not counted)
+        self.tally: DriftTally | None = None
 
     @property
     def enabled(self) -> bool:
@@ -241,6 +244,9 @@ class DecisionJournal:
         if self._writer.submit_record(self.journal, payload):
             self.submitted += 1
             self._recent.append(payload)
+            tally = self.tally
+            if tally is not None:  # the drift report's counters (store/drift_tally.py)
+                tally.count_decision(d.get("state"), d.get("action"))
             return True
         self.rejected += 1
         return False
@@ -260,6 +266,8 @@ class DecisionJournal:
         if len(payload) > self.episodes.max_record_bytes:
             log.warning("episode_record_rejected", error="too big", bytes=len(payload))
             return False
+        if self.tally is not None:
+            self.tally.count_episode(episode)
         return self._writer.submit_record(self.episodes, payload)
 
     def recent(self, n: int = 10) -> list[Decision]:
