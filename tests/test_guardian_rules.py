@@ -24,6 +24,7 @@ from edge_agent.link.codec import (
     GReset,
     GripperMode,
     GState,
+    Hello,
     HelloAck,
     Message,
     Mode,
@@ -200,6 +201,70 @@ def test_commands_queued_while_the_guardian_stalled_trip_the_deadman_first() -> 
     assert r.latched and r.state.cause == StopReason.DEADMAN
     assert all(not any(moving(m) for m in a.tty) for a in outs)
     assert r.counters["deadman_trips"] == 1 and r.counters["dropped_motion"] == 5
+
+
+def test_motion_let_through_before_a_freeze_is_not_written_after_it() -> None:
+    """The sequence hil.guardian_freeze_loop caught (the rig's record: the guardian stopped in
+    user space, seq 504 read 3 ms before the SIGSTOP, seq 505 POSITION read 8 ms after the
+    SIGCONT 1.5 s later): the rules let a POSITION through at t=0, the process was frozen before
+    its write, and it woke at t=1.5 with the frame in hand. Judged again on the fresh clock it
+    is not written; the deadman trips (latched, hold stream) and the daemon's frames queued
+    meanwhile move nothing until G_RESET + ENABLE(1)."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == [position()]  # the decision ...
+    assert r.before_write(position(), 0.0001) is None  # ... written at once: fine
+    assert r.after_write(position(), 0.0002) is None
+    assert r.on_daemon(position(), 0.005).tty == [position()]  # the next decision ...
+    refused = r.before_write(position(), 1.5)  # ... and the freeze before its write
+    assert refused is not None and not any(moving(m) for m in refused.tty)
+    assert r.latched and r.state.cause == StopReason.DEADMAN and r.state.deadman_hold
+    assert refused.daemon[-1].latched and refused.daemon[-1].cause == StopReason.DEADMAN
+    assert r.counters["stale_dropped"] == 1 and r.counters["deadman_trips"] == 1
+    assert r.on_tick(1.5).tty == [LIMITS.hold()]  # the hold stream
+    queued = [r.on_daemon(m, 1.5) for m in (position(), position(),
+                                            Stop(StopCategory.CAT2, StopReason.DEADMAN),
+                                            LIMITS.hold())]
+    assert not any(moving(m) for a in queued for m in a.tty)
+    r.on_daemon(GReset(), 1.51)
+    assert r.on_daemon(position(), 1.511).tty == []  # no motion before ENABLE(1)
+    r.on_daemon(Enable(True), 1.512)
+    assert r.on_daemon(position(), 1.513).tty == [position()]
+    assert r.before_write(position(), 1.5131) is None
+
+
+def test_a_freeze_between_the_check_and_the_write_is_followed_by_a_stop() -> None:
+    """The freeze fell after before_write, before the frame left: it may have gone out stale,
+    so STOP(CAT2, DEADMAN) goes to the tty at once (the firmware holds and latches) and the
+    deadman trips. ENABLE(1) is motion too; HOLD, STOP and PING are never held back."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(position(), 0.0)
+    assert r.before_write(position(), 0.0001) is None
+    stale = r.after_write(position(), 1.5)
+    assert stale is not None and stale.tty == [Stop(StopCategory.CAT2, StopReason.DEADMAN)]
+    assert r.latched and r.state.cause == StopReason.DEADMAN
+    assert r.counters["stale_written"] == 1
+    r = up_rules()
+    r.on_daemon(GReset(), 0.0)
+    assert r.before_write(Enable(True), 1.0) is not None and r.latched
+    for m in (LIMITS.hold(), Stop(StopCategory.CAT2, StopReason.PROTECTIVE), Ping(1),
+              Enable(False)):
+        assert r.before_write(m, 9.0) is None and r.after_write(m, 9.0) is None
+
+
+def test_the_stall_bound_is_the_firmwares_deadman_when_it_is_shorter() -> None:
+    """The firmware trips after its own deadman (HELLO deadman_ms) of silence: motion held back
+    longer than that would reach a tripped robot even when the guardian's deadman is longer."""
+    r = GuardianRules(LIMITS, 0.0, deadman_s=0.25, hello=Hello(deadman_ms=100))
+    assert r.stall_bound_s == 0.1
+    r.on_link(True, 0.0)
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(position(), 0.0)
+    assert r.before_write(position(), 0.09) is None
+    assert r.before_write(position(), 0.11) is not None and r.latched
+    assert GuardianRules(LIMITS, 0.0, deadman_s=0.05, hello=Hello(deadman_ms=100)
+                         ).stall_bound_s == 0.05
 
 
 def fw_status(*, deadman: bool) -> Status:

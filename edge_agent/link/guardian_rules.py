@@ -34,13 +34,18 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   STOP or immediate COMMAND from the daemon, or the daemon's loss drops it — a frame computed
   before a stop never goes out after it. One already due goes out at once; one due further
   ahead than the deadman time is refused (counted in `timed_rejected`).
+- A stall between deciding and writing (docs/PROTOCOL.md §4): the caller asks `before_write`
+  with its clock read just before writing motion (a moving COMMAND, ENABLE(1)); motion let
+  through longer ago than the stall bound (the deadman time, or the firmware's if shorter) is
+  not written — the process was frozen with it in hand, the firmware's deadman tripped meanwhile
+  — and the deadman trips as the silence it was (latched, hold stream). `after_write`, with the
+  clock read after the write, catches a stall that fell between the two: the frame may have gone
+  out stale, so `STOP(CAT2, DEADMAN)` follows at once and the deadman trips.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from enum import IntFlag
 
 from edge_agent.link.codec import (
     Command,
@@ -61,19 +66,10 @@ from edge_agent.link.codec import (
     StopCategory,
     StopReason,
 )
+from edge_agent.link.guardian_actions import Actions, GuardianFlag, is_motion
 from edge_agent.link.limits import Limits
 
 __all__ = ["LATE_RELEASE_S", "Actions", "GuardianFlag", "GuardianRules", "Limits"]
-
-
-class GuardianFlag(IntFlag):
-    """Bits of `G_STATE.flags`."""
-
-    REALTIME = 1 << 0  # the guardian runs with SCHED_FIFO
-    SESSION_OPEN = 1 << 1  # the firmware accepted our HELLO
-    VERSION_MISMATCH = 1 << 2  # the firmware refused our HELLO (another protocol version)
-    NEED_ENABLE = 1 << 3  # the latch was cleared; motion waits for a new ENABLE(1)
-    DAEMON_LOST = 1 << 4  # the daemon's end of the socketpair closed
 
 
 # A G_AT deadline is in whole µs: a tick this close to it releases the frame (lock-step time
@@ -84,19 +80,6 @@ LATE_RELEASE_S = 0.0005  # a timed frame released this long after its deadline c
 _ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 _DEADMAN_BIT = int(StatusFlag.DEADMAN_TRIPPED)
-
-
-@dataclass(slots=True)
-class Actions:
-    """What to do after one input: frames for the tty (in order, first is most urgent), for the
-    daemon. Firmware frames themselves are always relayed to the daemon by the caller."""
-
-    tty: list[Message] = field(default_factory=list)
-    daemon: list[GState] = field(default_factory=list)
-
-    def extend(self, other: Actions) -> None:
-        self.tty += other.tty
-        self.daemon += other.daemon
 
 
 class GuardianRules:
@@ -129,12 +112,14 @@ class GuardianRules:
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
         self._timed: tuple[float, Command] | None = None  # a G_AT frame waiting for its time
+        self._decided_at = now  # the last input's time: what the caller writes was decided then
         self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
                          "holds_sent": 0, "deadman_trips": 0,
                          "fw_deadman_reports": 0, "timed_released": 0, "timed_late": 0,
-                         "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0}
+                         "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0,
+                         "stale_dropped": 0, "stale_written": 0}
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
@@ -253,6 +238,36 @@ class GuardianRules:
         self._next_hold_at = now
         return self.on_tick(now)
 
+    def before_write(self, msg: Message, now: float) -> Actions | None:
+        """`msg`, let through by the last input, is about to be written; `now` is the caller's
+        clock read just before the write. None: write it. Actions: do not — it is motion decided
+        longer ago than the stall bound (this process was frozen with it in hand, the firmware's
+        deadman tripped meanwhile); the deadman trips (`stale_dropped`)."""
+        if not is_motion(msg) or now - self._decided_at <= self.stall_bound_s:
+            return None
+        self.counters["stale_dropped"] += 1
+        self._stalled(now)
+        return self._changed(Actions(), now)
+
+    def after_write(self, msg: Message, now: float) -> Actions | None:
+        """`msg` was written; `now` is the caller's clock read after the write. Motion decided
+        longer ago than the stall bound may have gone out stale (the stall fell after
+        `before_write`): STOP(CAT2, DEADMAN) to the tty at once, the deadman trips
+        (`stale_written`). None (the common case): nothing to do."""
+        if not is_motion(msg) or now - self._decided_at <= self.stall_bound_s:
+            return None
+        self.counters["stale_written"] += 1
+        self.counters["stops_sent"] += 1
+        self._stalled(now)
+        return self._changed(Actions(tty=[Stop(StopCategory.CAT2, StopReason.DEADMAN)]), now)
+
+    @property
+    def stall_bound_s(self) -> float:
+        """The longest a decision to move may wait for its write: the deadman time, or the
+        firmware's (HELLO) when shorter — after it the firmware has tripped."""
+        fw = self.hello.deadman_ms / 1000
+        return min(self.deadman_s, fw) if fw > 0 else self.deadman_s
+
     def force_state(self) -> None:
         """Send G_STATE with the next actions (the previous one may have been lost)."""
         self._sent_key = None
@@ -299,6 +314,12 @@ class GuardianRules:
             self._next_hold_at = now
             if self._moving:
                 self._trip_deadman()  # stale setpoints may follow: drop them
+
+    def _stalled(self, now: float) -> None:
+        """This process stalled with motion in hand: the silence the robot saw is a deadman."""
+        self.deadman_hold = True
+        self._next_hold_at = now
+        self._trip_deadman()
 
     def _trip_deadman(self) -> None:
         self.counters["deadman_trips"] += 1
@@ -369,6 +390,7 @@ class GuardianRules:
         key = (self.latched, self.estop_input, self.deadman_hold, self.link_up, self.cause,
                self.realtime, self.session_open, self.version_mismatch, self.need_enable,
                self.daemon_lost)
+        self._decided_at = now
         if key != self._sent_key:
             acts.daemon.append(self.state)
             self._sent_key = key
