@@ -186,6 +186,9 @@ def test_a_silence_inside_a_hold_stream_holds_without_latching_unless_motion_fol
     assert not r.state.deadman_hold and not r.latched
     assert r.on_daemon(position(), 0.115).tty == [position()]  # a task starts: moves
     r.on_daemon(LIMITS.hold(), 0.12)
+    r.on_tick(0.145)  # the G_STATE due (every half deadman) ...
+    r.on_tick(0.17)  # ... and the deadman, as the loop ticks: holds, no latch
+    assert r.state.deadman_hold and not r.latched
     r.on_tick(0.2)
     assert r.on_daemon(position(), 0.21).tty == [] and r.latched  # motion right after silence
     assert r.state.cause == StopReason.DEADMAN
@@ -231,6 +234,48 @@ def test_motion_let_through_before_a_freeze_is_not_written_after_it() -> None:
     r.on_daemon(Enable(True), 1.512)
     assert r.on_daemon(position(), 1.513).tty == [position()]
     assert r.before_write(position(), 1.5131) is None
+
+
+def test_a_hold_queued_ahead_of_setpoints_while_the_guardian_was_frozen_does_not_rearm_it(
+        ) -> None:
+    """The other sequence the loop caught (guardian stopped in sendto, 1.57 s): the daemon's
+    executor held for a tick when its measurements went stale (seq 13210 HOLD, read 6 ms before
+    the freeze), then sent the trajectory's next two setpoints and HOLDs into the socketpair.
+    After the wake the queued HOLD came first: read on a fresh clock it re-armed the deadman as a
+    live hold stream would, and seq 13212/13213 POSITION went out. A gap in the guardian's own
+    time while the stream moved is a deadman trip, whatever the first frame after it is."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    for i in range(5):  # moving, ticked as the loop does
+        assert r.on_daemon(position(), i * 0.005).tty == [position()]
+        r.on_tick(i * 0.005 + 0.001)
+    r.on_daemon(LIMITS.hold(), 0.025)  # the stale-measurement hold, then the freeze
+    woke = 0.025 + 1.57
+    acts = [r.on_tick(woke), r.on_tty(status(False), woke)]
+    assert r.latched and r.state.cause == StopReason.DEADMAN and r.counters["stalls"] == 1
+    acts += [r.on_daemon(m, woke) for m in (LIMITS.hold(), position(), position(), LIMITS.hold(),
+                                            Stop(StopCategory.CAT2, StopReason.DEADMAN))]
+    assert not any(moving(m) for a in acts for m in a.tty)
+    assert r.counters["dropped_motion"] == 2
+
+
+def test_a_gap_while_idle_only_holds_and_ticks_at_the_deadlines_are_no_gap() -> None:
+    """No motion within a deadman time before the gap: nothing to protect, no stop. A loop
+    that ticks at next_deadline() never sees a gap, however long it runs."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(LIMITS.hold(), 0.0)
+    r.on_tick(2.0)
+    assert not r.latched and r.counters["stalls"] == 0
+    t = 2.0
+    for i in range(100):  # a 200 Hz stream: back, moving, holding, then silent for 40 s
+        if i < 60:
+            r.on_daemon(position() if 0 < i < 40 else LIMITS.hold(), t)
+        next_cmd = t + 0.005 if i < 59 else t + 1.0
+        while r.next_deadline() < next_cmd:
+            r.on_tick(r.next_deadline())
+        t = next_cmd
+    assert r.counters["stalls"] == 0 and not r.latched and r.state.deadman_hold
 
 
 def test_a_freeze_between_the_check_and_the_write_is_followed_by_a_stop() -> None:

@@ -34,13 +34,8 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   STOP or immediate COMMAND from the daemon, or the daemon's loss drops it — a frame computed
   before a stop never goes out after it. One already due goes out at once; one due further
   ahead than the deadman time is refused (counted in `timed_rejected`).
-- A stall between deciding and writing (docs/PROTOCOL.md §4): the caller asks `before_write`
-  with its clock read just before writing motion (a moving COMMAND, ENABLE(1)); motion let
-  through longer ago than the stall bound (the deadman time, or the firmware's if shorter) is
-  not written — the process was frozen with it in hand, the firmware's deadman tripped meanwhile
-  — and the deadman trips as the silence it was (latched, hold stream). `after_write`, with the
-  clock read after the write, catches a stall that fell between the two: the frame may have gone
-  out stale, so `STOP(CAT2, DEADMAN)` follows at once and the deadman trips.
+- This process's own stalls (docs/PROTOCOL.md §4): a gap in its own time while the robot moved,
+  and motion decided before a stall but written after it, are deadman trips (guardian_stall.py).
 """
 
 from __future__ import annotations
@@ -67,6 +62,7 @@ from edge_agent.link.codec import (
     StopReason,
 )
 from edge_agent.link.guardian_actions import Actions, GuardianFlag, is_motion
+from edge_agent.link.guardian_stall import OwnTime
 from edge_agent.link.limits import Limits
 
 __all__ = ["LATE_RELEASE_S", "Actions", "GuardianFlag", "GuardianRules", "Limits"]
@@ -112,19 +108,21 @@ class GuardianRules:
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
         self._timed: tuple[float, Command] | None = None  # a G_AT frame waiting for its time
-        self._decided_at = now  # the last input's time: what the caller writes was decided then
+        self._own = OwnTime(now)  # this process's own stalls (guardian_stall.py)
         self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
                          "holds_sent": 0, "deadman_trips": 0,
                          "fw_deadman_reports": 0, "timed_released": 0, "timed_late": 0,
                          "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0,
-                         "stale_dropped": 0, "stale_written": 0}
+                         "stalls": 0, "stale_dropped": 0, "stale_written": 0}
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
         """A frame from the firmware (it is relayed to the daemon by the caller)."""
         acts = Actions()
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
         if isinstance(msg, Status):  # 1 kHz: the common case must stay cheap
             flags = int(msg.flags)
             pressed = bool(flags & _ESTOP_BIT)
@@ -152,6 +150,8 @@ class GuardianRules:
     def on_daemon(self, msg: Message, now: float) -> Actions:
         """A frame from the daemon; what may reach the tty goes into `tty`."""
         acts = Actions()
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
         if isinstance(msg, GAt):
             self._on_timed(msg, now, acts)
         elif isinstance(msg, Command):
@@ -162,6 +162,8 @@ class GuardianRules:
             if self.deadman_hold and msg.moves and not self._moving:
                 self._trip_deadman()  # a hold stream resumes with motion after a silence
             self._moving = msg.moves
+            if msg.moves:
+                self._own.moved_at = now
             self._last_cmd_at = now
             self.deadman_hold = False
             self._next_hold_at = math.inf
@@ -202,6 +204,8 @@ class GuardianRules:
     def on_tick(self, now: float) -> Actions:
         """Timers: a timed command's deadline, the deadman, the hold stream, the G_STATE."""
         acts = Actions()
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
         if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
             self._release(now, acts)
         self._deadman_due(now)
@@ -243,10 +247,9 @@ class GuardianRules:
         clock read just before the write. None: write it. Actions: do not — it is motion decided
         longer ago than the stall bound (this process was frozen with it in hand, the firmware's
         deadman tripped meanwhile); the deadman trips (`stale_dropped`)."""
-        if not is_motion(msg) or now - self._decided_at <= self.stall_bound_s:
+        if not is_motion(msg) or not self._own.stale(now, self.stall_bound_s):
             return None
-        self.counters["stale_dropped"] += 1
-        self._stalled(now)
+        self._stalled(now, "stale_dropped")
         return self._changed(Actions(), now)
 
     def after_write(self, msg: Message, now: float) -> Actions | None:
@@ -254,11 +257,10 @@ class GuardianRules:
         longer ago than the stall bound may have gone out stale (the stall fell after
         `before_write`): STOP(CAT2, DEADMAN) to the tty at once, the deadman trips
         (`stale_written`). None (the common case): nothing to do."""
-        if not is_motion(msg) or now - self._decided_at <= self.stall_bound_s:
+        if not is_motion(msg) or not self._own.stale(now, self.stall_bound_s):
             return None
-        self.counters["stale_written"] += 1
         self.counters["stops_sent"] += 1
-        self._stalled(now)
+        self._stalled(now, "stale_written")
         return self._changed(Actions(tty=[Stop(StopCategory.CAT2, StopReason.DEADMAN)]), now)
 
     @property
@@ -315,8 +317,9 @@ class GuardianRules:
             if self._moving:
                 self._trip_deadman()  # stale setpoints may follow: drop them
 
-    def _stalled(self, now: float) -> None:
-        """This process stalled with motion in hand: the silence the robot saw is a deadman."""
+    def _stalled(self, now: float, counter: str) -> None:
+        """This process stalled while the robot moved: the silence it saw is a deadman."""
+        self.counters[counter] += 1
         self.deadman_hold = True
         self._next_hold_at = now
         self._trip_deadman()
@@ -390,7 +393,7 @@ class GuardianRules:
         key = (self.latched, self.estop_input, self.deadman_hold, self.link_up, self.cause,
                self.realtime, self.session_open, self.version_mismatch, self.need_enable,
                self.daemon_lost)
-        self._decided_at = now
+        self._own.last_input = now
         if key != self._sent_key:
             acts.daemon.append(self.state)
             self._sent_key = key
