@@ -20,7 +20,8 @@ the two causes apart:
 Each failure line gives the frames' tty sequence numbers (the guardian's own numbering), the
 last frame read before the freeze and where the guardian stopped: /proc/PID/syscall (`-1`:
 running its own code, between two clock reads; `270`: blocked in pselect6). The last line:
-`runs N failures F ...`; exit status 1 when F > 0.
+`runs N failures F ...` and the guardian's stop counters from its exit log; exit status 1
+when F > 0.
 """
 
 from __future__ import annotations
@@ -191,6 +192,21 @@ def one_run(ctl: Control, rig: Rig, gpid: int, task: str | None, hold_s: float, 
                      rig.commands(t_stop - 0.3))
 
 
+def guardian_counters(log: Path) -> str:
+    """The guardian's stop counters from its exit line in the daemon's log."""
+    for line in reversed(log.read_text(errors="replace").splitlines()):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("logger") == "edge_agent.link.guardian" and rec.get("event") == "exit":
+            rules = rec.get("rules", {})
+            return ", ".join(f"{k} {rules.get(k, '-')}" for k in (
+                "deadman_trips", "fw_deadman_reports", "dropped_motion", "stalls",
+                "stale_dropped", "stale_written"))
+    return "no exit line in the log"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m hil.guardian_freeze_loop", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -237,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             b.kill()
             b.wait()
         stop_daemon(proc)
+        print(f"guardian: {guardian_counters(tmp / 'daemon.log')}")
         if args.keep:
             print(f"state dir: {tmp}")
     print(f"runs {runs} failures {holes} (POSITION written after the wake; {in_user} runs froze "

@@ -482,6 +482,7 @@ class GuardianMachine(RuleBasedStateMachine):
         self.fw_tripped = False  # the last STATUS showed DEADMAN_TRIPPED
         self.last_cmd_moved = False  # the last COMMAND that reached the rules asked for motion
         self.pending_moved = False  # ... and the G_AT waiting
+        self.moved_at: float | None = None  # a COMMAND that moves reached the rules
 
     # every input goes through here
     def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
@@ -492,6 +493,7 @@ class GuardianMachine(RuleBasedStateMachine):
             assert self.pending is not None and self.t >= self.pending - 2e-6
             self.pending = None
             self.last_cmd_moved = self.pending_moved
+            self.moved_at = self.t if self.pending_moved else self.moved_at
             self.last_cmd = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
@@ -532,8 +534,10 @@ class GuardianMachine(RuleBasedStateMachine):
             assert self.r.counters["timed_released"] - rel == old_due + new_due
             if old_due:
                 self.last_cmd_moved = self.pending_moved
+                self.moved_at = self.t if self.pending_moved else self.moved_at
             if new_due:
                 self.last_cmd_moved = msg.cmd.moves
+                self.moved_at = self.t if msg.cmd.moves else self.moved_at
             self.pending = None if new_due else due
             self.pending_moved = msg.cmd.moves
             if old_due or new_due:
@@ -547,6 +551,8 @@ class GuardianMachine(RuleBasedStateMachine):
         if isinstance(msg, Command):
             self.last_cmd = self.t
             self.last_cmd_moved = msg.moves
+            if msg.moves:
+                self.moved_at = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
         return acts
@@ -661,6 +667,29 @@ class GuardianMachine(RuleBasedStateMachine):
         if edge and self.last_cmd_moved:  # a flag still set is no new trip (a reset must pass)
             assert self.r.latched and self.r.state.cause in (
                 StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(dt=st.floats(DEADMAN * 1.01, 2.0),
+          first=st.sampled_from(("tick", "status", "hold", "position")))
+    def guardian_stalls(self, dt: float, first: str) -> None:
+        """This process does not run for `dt` (no ticks: SIGSTOP), then one input and a tick.
+        When the stream moved within a deadman time before the gap, the deadman trips first:
+        nothing read after the gap moves, whatever comes first (a queued HOLD included)."""
+        moved = self.moved_at is not None and self.moved_at >= self.t - DEADMAN
+        self.t += dt
+        self.pending = None if moved else self.pending
+        if first == "tick":
+            self.tick()
+        elif first == "status" and self.link:
+            self.status_frame()
+        elif first in ("hold", "position"):
+            acts = self.feed_daemon(LIMITS.hold() if first == "hold" else position())
+            assert not (moved and any(moving(m) for m in acts.tty)), "motion after a stall"
+        if moved:
+            assert self.r.latched and self.r.state.cause in (
+                StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
+        self.last_cmd = None  # the hold stream's timing assumes a loop that ticked meanwhile
+        self.tick()
 
     @rule(dt=st.floats(0.0, 0.3))
     def advance(self, dt: float) -> None:
