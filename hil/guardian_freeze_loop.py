@@ -14,7 +14,9 @@ a random 0-200 µs later), so it lands inside its work far more often than at ra
 The guardian cannot write while it is stopped, so the rig's time of each POSITION frame tells
 the two causes apart:
 - read after the SIGCONT: written after the guardian woke — a stop-model hole (nothing computed
-  before a deadman trip may reach the robot after it). A run with one is a failure.
+  before a deadman trip may reach the robot after it). A run with one is a failure, unless the
+  very next frame is the guardian's own STOP(CAT2, DEADMAN) (a freeze between its last clock
+  check and the write: the firmware holds and latches at once; counted apart).
 - read more than 0.1 s after the SIGSTOP but before the SIGCONT: written before the freeze and
   delivered late (the pty, a kernel worker or the rig's thread was starved): counted apart.
 Each failure line gives the frames' tty sequence numbers (the guardian's own numbering), the
@@ -63,6 +65,12 @@ class Rig:
 
     def commands(self, since: float) -> list[dict[str, Any]]:
         frames = self.call({"cmd": "record", "type": "COMMAND", "since": since})["frames"]
+        assert isinstance(frames, list)
+        return frames
+
+    def frames(self, since: float) -> list[dict[str, Any]]:
+        """Every frame the robot received since `since` (COMMAND, STOP, ENABLE, PING, ...)."""
+        frames = self.call({"cmd": "record", "since": since})["frames"]
         assert isinstance(frames, list)
         return frames
 
@@ -125,6 +133,12 @@ def busy(pid: int, timeout: float = 0.5) -> None:
         os.close(fd)
 
 
+def guardian_stop(frame: dict[str, Any] | None) -> bool:
+    """The guardian's own STOP after motion it wrote stale (docs/PROTOCOL.md §4)."""
+    return (frame is not None and frame["type"] == "STOP" and frame["category"] == "CAT2"
+            and frame["reason"] == "DEADMAN")
+
+
 @dataclass
 class Run:
     """One freeze: the rig's times (its clock), where the guardian stopped, the frames."""
@@ -135,16 +149,24 @@ class Run:
     t_cont: float  # after it
     syscall: str
     fw_tripped: bool
-    frames: list[dict[str, Any]]  # COMMANDs the robot received from 0.3 s before the stop
+    frames: list[dict[str, Any]]  # what the robot received from 0.3 s before the stop
 
     def positions(self, since: float, until: float = math.inf) -> list[dict[str, Any]]:
-        return [f for f in self.frames
-                if f["mode"] == "POSITION" and since <= f["t"] < until]
+        return [f for f in self.frames if f["type"] == "COMMAND" and f["mode"] == "POSITION"
+                and since <= f["t"] < until]
 
     @property
     def after_wake(self) -> list[dict[str, Any]]:
-        """Written by the guardian after it woke: the stop-model hole."""
-        return self.positions(self.t_precont)
+        """Written by the guardian after it woke and not stopped at once: the stop-model hole."""
+        return [f for f in self.positions(self.t_precont) if f not in self.stopped_at_once]
+
+    @property
+    def stopped_at_once(self) -> list[dict[str, Any]]:
+        """Written after the wake but followed at once by the guardian's STOP(CAT2, DEADMAN)
+        (a freeze between its last clock check and the write: `stale_written`)."""
+        by_seq = {f["seq"]: f for f in self.frames}
+        return [f for f in self.positions(self.t_precont)
+                if guardian_stop(by_seq.get((f["seq"] + 1) & 0xFFFF))]
 
     @property
     def in_pty(self) -> list[dict[str, Any]]:
@@ -159,7 +181,8 @@ class Run:
                f"at {(before[-1]['t'] - ts) * 1e3:+.1f} ms" if before else "",
                f"SIGCONT between {(self.t_precont - ts) * 1e3:+.0f} and "
                f"{(self.t_cont - ts) * 1e3:+.0f} ms"]
-        for what, frames in (("after the wake", self.after_wake), ("in the pty", self.in_pty)):
+        for what, frames in (("after the wake", self.after_wake), ("in the pty", self.in_pty),
+                             ("after the wake, STOP next", self.stopped_at_once)):
             if frames:
                 out.append(f"{len(frames)} POSITION {what}: " + ", ".join(
                     f"seq {f['seq']} at {(f['t'] - ts) * 1e3:+.1f} ms" for f in frames[:5]))
@@ -189,7 +212,7 @@ def one_run(ctl: Control, rig: Rig, gpid: int, task: str | None, hold_s: float, 
     t_cont = rig.t()
     rig.wait_t(t_cont + 0.5, "half a second after the continue")
     return task, Run(t_stop, t_stopped, t_precont, t_cont, syscall, fw_tripped,
-                     rig.commands(t_stop - 0.3))
+                     rig.frames(t_stop - 0.3))
 
 
 def guardian_counters(log: Path) -> str:
@@ -225,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="freeze-loop-"))
     proc = start_sim_daemon(tmp, (*SETS, *args.sets))
     burners: list[subprocess.Popen[bytes]] = []
-    runs = holes = late_in_pty = in_user = 0
+    runs = holes = late_in_pty = in_user = caught = 0
     try:
         ctl, rig = Control(tmp), Rig(tmp)
         wait_for(lambda: ctl.status()["link_up"], 60, "link up")
@@ -239,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             runs += 1
             holes += bool(run.after_wake)
             late_in_pty += bool(run.in_pty)
+            caught += bool(run.stopped_at_once)
             in_user += run.syscall == "-1"
-            if run.after_wake or run.in_pty:
+            if run.after_wake or run.in_pty or run.stopped_at_once:
                 print(f"run {i + 1}: FAIL {run.describe()}", flush=True)
                 if args.dump:
                     with open(args.dump, "a") as f:
@@ -258,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"state dir: {tmp}")
     print(f"runs {runs} failures {holes} (POSITION written after the wake; {in_user} runs froze "
           f"it in user space) - and {late_in_pty} runs with POSITION frames written before the "
-          f"freeze read > 0.1 s after it; load {args.load} at nice {args.nice}"
+          f"freeze read > 0.1 s after it; {caught} with one written after the wake and the "
+          f"guardian's STOP next; load {args.load} at nice {args.nice}"
           f"{', aimed' if args.aim else ''}")
     return 1 if holes else 0
 

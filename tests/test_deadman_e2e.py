@@ -15,7 +15,9 @@ POSITION command released): only the host side keeps the daemon's queued setpoin
 In the guardian case what counts is what the robot read after the SIGCONT: the stopped guardian
 wrote nothing between the two signals, so a POSITION read then was written after it woke (a
 stop-model hole, as the guardian writing a setpoint it held when it froze was:
-tests/test_guardian_freeze.py). Frames it wrote before the freeze may reach the rig late when
+tests/test_guardian_freeze.py) — unless its own STOP(CAT2, DEADMAN) is the very next frame (a
+freeze between its last clock check and the write; the firmware holds at once). Frames it wrote
+before the freeze may reach the rig late when
 the host is starved (the pty's kernel worker, the rig's thread: 31 POSITION frames read 114 ms
 after the SIGSTOP in one loaded run of hil.guardian_freeze_loop); a real UART does not hold
 them, and a latching firmware ignores them after its deadman trip (docs/PROTOCOL.md §4) — they
@@ -165,8 +167,14 @@ def test_a_stopped_guardian_is_a_deadman_stop_and_the_queued_setpoints_never_mov
         t_cont = _rig_t(d)
         _wait_rig_time(d, t_cont + 0.5, "half a second after the continue")
         # the setpoints the daemon queued before it noticed, and any the guardian held when it
-        # froze, went nowhere
-        assert _positions_since(d, t_precont) == []
+        # froze, went nowhere — but one a freeze between the guardian's last clock check and
+        # its write let out, which its own STOP(CAT2, DEADMAN) follows at once
+        after = d.rig({"cmd": "record", "since": t_precont})["frames"]
+        by_seq = {f["seq"]: f for f in after}
+        for f in _positions_since(d, t_precont):
+            nxt = by_seq.get((f["seq"] + 1) & 0xFFFF) or {}
+            assert (nxt.get("type"), nxt.get("category"), nxt.get("reason")) == (
+                "STOP", "CAT2", "DEADMAN"), f"a POSITION after the wake: {f}"
         st = _status(d)
         assert _latched_deadman(st), st
         wait_until(lambda: bool(_status(d)["link"]["guardian"]["latched"]), 10,

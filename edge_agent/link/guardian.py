@@ -238,6 +238,7 @@ class Guardian:
     def _write_tty(self, msg: Message, now: float) -> None:
         urgent = isinstance(msg, Stop)
         motion = is_motion(msg)
+        data = encode(msg, self.tty_seq.peek())  # before the check: nothing slow after it
         if motion:
             # `now` was read before the rules let it through: a SIGSTOP, a swap storm or a
             # debugger may have frozen us since, while the firmware's deadman tripped and the
@@ -248,7 +249,8 @@ class Guardian:
             if refused is not None:
                 self._apply(refused, t)
                 return
-        self.link.write(encode(msg, self.tty_seq.next()), now, urgent=urgent)
+        self.tty_seq.next()
+        self.link.write(data, now, urgent=urgent)
         if urgent:  # `now` is when select() returned: this is the guardian's own share
             self.stop_reaction_s.append(time.monotonic() - now)
         elif motion:
