@@ -11,8 +11,9 @@ reset + resume (or a new task) for the next run. `--load K`: K CPU-bound burner 
 `nice --nice` beside it. `--aim`: the SIGSTOP goes out while the guardian is seen running (and
 a random 0-200 µs later), so it lands inside its work far more often than at random.
 
-The guardian cannot write while it is stopped, so the rig's time of each POSITION frame tells
-the two causes apart:
+The guardian cannot write while it is stopped, and before the SIGCONT the loop waits until the
+rig has read everything in the pty (a starved rig reads it late), so the rig's time of each
+POSITION frame tells the two causes apart:
 - read after the SIGCONT: written after the guardian woke — a stop-model hole (nothing computed
   before a deadman trip may reach the robot after it). A run with one is a failure, unless the
   very next frame is the guardian's own STOP(CAT2, DEADMAN) (a freeze between its last clock
@@ -76,6 +77,16 @@ class Rig:
 
     def wait_t(self, until: float, what: str) -> None:
         wait_for(lambda: self.t() > until, 30, what, poll_s=0.02)
+
+    def drained(self) -> bool:
+        """Nothing came in over 30 ms of the rig's time while its firmware ran 20 ms of ticks
+        (it steps only when select() finds the pty empty): every byte written before now was
+        read. A starved rig reads a pty late; the host's frames stay in it meanwhile."""
+        a = self.call({"cmd": "status"})
+        self.wait_t(float(a["t"]) + 0.03, "30 ms of the rig's time")
+        b = self.call({"cmd": "status"})
+        return bool(a["state"]["counters"]["rx_bytes"] == b["state"]["counters"]["rx_bytes"]
+                    and b["state"]["fw_time_us"] - a["state"]["fw_time_us"] >= 20_000)
 
 
 def guardian_pid(daemon_pid: int) -> int:
@@ -206,6 +217,7 @@ def one_run(ctl: Control, rig: Rig, gpid: int, task: str | None, hold_s: float, 
                  poll_s=0.02)
         rig.wait_t(t_stop + hold_s, "the guardian held stopped")
         fw_tripped = bool(rig.call({"cmd": "status"})["state"]["deadman_tripped"])
+        wait_for(rig.drained, 30, "the rig read all the guardian wrote before the freeze")
         t_precont = rig.t()
     finally:
         os.kill(gpid, signal.SIGCONT)

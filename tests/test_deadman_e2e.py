@@ -12,8 +12,9 @@ record) and on what the operator sees in `status`:
 The guardian case runs with the rig's firmware deadman latch OFF (the old firmware, which a
 POSITION command released): only the host side keeps the daemon's queued setpoints off the arm.
 
-In the guardian case what counts is what the robot read after the SIGCONT: the stopped guardian
-wrote nothing between the two signals, so a POSITION read then was written after it woke (a
+In the guardian case what counts is what the robot read after the SIGCONT, once the rig has
+read the pty empty: the stopped guardian wrote nothing between the two signals, so a POSITION
+read then was written after it woke (a
 stop-model hole, as the guardian writing a setpoint it held when it froze was:
 tests/test_guardian_freeze.py) — unless its own STOP(CAT2, DEADMAN) is the very next frame (a
 freeze between its last clock check and the write; the firmware holds at once). Frames it wrote
@@ -61,6 +62,16 @@ def _positions_since(d: DaemonProc, t: float) -> list[dict[str, Any]]:
 
 def _wait_rig_time(d: DaemonProc, until: float, what: str) -> None:
     wait_until(lambda: _rig_t(d) > until, 30, what)
+
+
+def _rig_drained(d: DaemonProc) -> bool:
+    """Nothing came in over 30 ms of the rig's time while its firmware ran 20 ms of ticks (it
+    steps only when select() finds the pty empty): it has read every byte written before."""
+    a = d.rig({"cmd": "status"})
+    _wait_rig_time(d, float(a["t"]) + 0.03, "30 ms of the rig's time")
+    b = d.rig({"cmd": "status"})
+    return bool(a["state"]["counters"]["rx_bytes"] == b["state"]["counters"]["rx_bytes"]
+                and b["state"]["fw_time_us"] - a["state"]["fw_time_us"] >= 20_000)
 
 
 def _guardian_pid(daemon_pid: int) -> int:
@@ -161,7 +172,9 @@ def test_a_stopped_guardian_is_a_deadman_stop_and_the_queued_setpoints_never_mov
             _wait_rig_time(d, t_stop + 1.5, "1.5 s of the guardian stopped")
             fw = d.rig({"cmd": "status"})["state"]
             assert fw["deadman_tripped"], fw  # the firmware's own deadman tripped meanwhile
-            t_precont = _rig_t(d)  # (as above: from here on, written after the guardian woke)
+            # a starved rig reads the pty late: all the guardian wrote before it froze first
+            wait_until(lambda: _rig_drained(d), 30, "the rig read the pty empty")
+            t_precont = _rig_t(d)  # from here on, what the robot reads was written after the wake
         finally:
             os.kill(gpid, signal.SIGCONT)
         t_cont = _rig_t(d)
