@@ -202,10 +202,19 @@ class Run:
 
 def one_run(ctl: Control, rig: Rig, gpid: int, task: str | None, hold_s: float, aim: bool,
             ) -> tuple[str, Run]:
-    task = moving(ctl, task)
-    t0 = rig.t()
-    wait_for(lambda: any(f["mode"] == "POSITION" for f in rig.commands(t0)), 30,
-             "POSITION frames at the robot", poll_s=0.02)
+    for _ in range(5):  # a starved rig may fault the link meanwhile (a stop): reset, again
+        task = moving(ctl, task)
+        t0 = rig.t()
+        end = time.monotonic() + 15
+        while time.monotonic() < end and not any(
+                f["mode"] == "POSITION" for f in rig.commands(t0)):
+            time.sleep(0.02)
+        if time.monotonic() < end:
+            break
+        print(f"  not moving 15 s after the resume ({ctl.status().get('stop')}): again",
+              flush=True)
+    else:
+        raise SystemExit("the task would not move again")
     t_stop = rig.t()
     if aim:
         busy(gpid)
