@@ -566,6 +566,7 @@ class GuardianMachine(RuleBasedStateMachine):
             self.pending = None  # a latch drops a waiting G_AT, latched before or not
         acts = self.feed_tty(EstopEdge(0, True) if via_edge else status(True))
         self.known_pressed = True
+        self.fw_tripped = self.fw_tripped and via_edge  # a STATUS without DEADMAN_TRIPPED
         if edge:
             assert acts.tty[:1] == [ESTOP_STOP], "a press edge without a stop frame"
         assert self.r.latched
@@ -576,6 +577,7 @@ class GuardianMachine(RuleBasedStateMachine):
         self.pressed = False
         self.feed_tty(EstopEdge(0, False) if via_edge else status(False))
         self.known_pressed = False
+        self.fw_tripped = self.fw_tripped and via_edge
 
     @precondition(lambda self: self.link)
     @rule()
@@ -678,13 +680,13 @@ class GuardianMachine(RuleBasedStateMachine):
         moved = self.moved_at is not None and self.moved_at >= self.t - DEADMAN
         self.t += dt
         self.pending = None if moved else self.pending
-        if first == "tick":
-            self.tick()
-        elif first == "status" and self.link:
+        if first == "status" and self.link:
             self.status_frame()
         elif first in ("hold", "position"):
             acts = self.feed_daemon(LIMITS.hold() if first == "hold" else position())
             assert not (moved and any(moving(m) for m in acts.tty)), "motion after a stall"
+        else:  # a tick (or no link: no STATUS comes, the loop's timer ticks)
+            self.tick()
         if moved:
             assert self.r.latched and self.r.state.cause in (
                 StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
