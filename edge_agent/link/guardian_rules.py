@@ -63,15 +63,11 @@ from edge_agent.link.codec import (
 )
 from edge_agent.link.guardian_actions import Actions, GuardianFlag, is_motion
 from edge_agent.link.guardian_stall import OwnTime
+from edge_agent.link.guardian_timed import LATE_RELEASE_S, TimedSlot
 from edge_agent.link.limits import Limits
 
 __all__ = ["LATE_RELEASE_S", "Actions", "GuardianFlag", "GuardianRules", "Limits"]
 
-
-# A G_AT deadline is in whole µs: a tick this close to it releases the frame (lock-step time
-# reaches a deadline as a sum of float periods, a hair short of it).
-_DUE_SLACK_S = 2e-6
-LATE_RELEASE_S = 0.0005  # a timed frame released this long after its deadline counts as late
 
 _ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
@@ -107,15 +103,14 @@ class GuardianRules:
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
-        self._timed: tuple[float, Command] | None = None  # a G_AT frame waiting for its time
         self._own = OwnTime(now)  # this process's own stalls (guardian_stall.py)
-        self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
                          "holds_sent": 0, "deadman_trips": 0,
                          "fw_deadman_reports": 0, "timed_released": 0, "timed_late": 0,
                          "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0,
                          "stalls": 0, "stale_dropped": 0, "stale_written": 0}
+        self._timed = TimedSlot(self.counters)  # a G_AT frame waiting for its time
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
@@ -206,7 +201,7 @@ class GuardianRules:
         acts = Actions()
         if self._own.woke(now, self.deadman_s):
             self._stalled(now, "stalls")
-        if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
+        if self._timed.due(now):
             self._release(now, acts)
         self._deadman_due(now)
         if self.deadman_hold and now >= self._next_hold_at:
@@ -297,8 +292,8 @@ class GuardianRules:
     def next_deadline(self) -> float:
         """When on_tick must run next (the caller may call it earlier)."""
         t = min(self._next_state_at, self._next_hold_at)
-        if self._timed is not None:
-            t = min(t, self._timed[0])
+        if (due := self._timed.next_deadline()) is not None:
+            t = min(t, due)
         if not self.deadman_hold and self._last_cmd_at is not None:
             t = min(t, self._last_cmd_at + self.deadman_s)
         return t
@@ -334,37 +329,25 @@ class GuardianRules:
             self._latch(StopReason.DEADMAN)
 
     def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
-        if self._timed is not None:
+        if self._timed.waiting is not None:
             # The daemon computes a frame only after the previous frame's deadline, so on its
             # clock the waiting one is due: out first, in order. (Ours may read a few µs behind
             # on another CPU of a VM.)
             self._release(now, acts)
-        due = msg.at_us / 1e6
-        if due - now > self.deadman_s + _DUE_SLACK_S:
-            # Further ahead than the deadman: the stream would have gone quiet by then (the
-            # daemon's period is at most half of it, config/checks.py) — a bad clock or a bug.
-            self.counters["timed_rejected"] += 1
-            return
-        self._timed = (due, msg.cmd)
-        if now >= self._timed[0] - _DUE_SLACK_S:  # arrived at or after its deadline
-            if now - self._timed[0] > LATE_RELEASE_S:
-                self.counters["timed_arrived_late"] += 1  # the daemon's lateness, not ours
-            self._release(now, acts)
+        if self._timed.admit(msg, now, self.deadman_s) and self._timed.due(now):
+            self._release(now, acts)  # arrived at or after its deadline
 
     def _release(self, now: float, acts: Actions) -> None:
-        assert self._timed is not None
-        (due, cmd), self._timed = self._timed, None
-        late = now - due
-        self.counters["timed_released"] += 1
-        if late > LATE_RELEASE_S:
-            self.counters["timed_late"] += 1
-        self.max_release_late_s = max(self.max_release_late_s, late)
+        cmd = self._timed.take(now)
         acts.extend(self.on_daemon(cmd, now))  # the COMMAND rules, as if it arrived now
 
     def _drop_timed(self) -> None:
-        if self._timed is not None:
-            self._timed = None
-            self.counters["timed_dropped"] += 1
+        self._timed.drop()
+
+    @property
+    def max_release_late_s(self) -> float:
+        """The latest a timed frame went out after its deadline."""
+        return self._timed.max_release_late_s
 
     def _latch(self, reason: StopReason) -> None:
         self._drop_timed()

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from edge_agent.reports.build import utc
+from edge_agent.reports.md_table import table as _table
 from edge_agent.reports.record import Origin, Report, ReportKind, Scope, new_report_id
 
 ACTIONS = ("continue", "advance", "retry_alternative", "abort", "none")
@@ -154,7 +155,6 @@ def drift_markdown(r: Report, plot_name: str | None) -> list[str]:
     d = r.details
     this: Mapping[str, Any] = d.get("this") or {}
     last: Mapping[str, Any] | None = d.get("last")
-    from edge_agent.reports.markdown import _table
 
     def _f(v: Any) -> str:
         return "—" if v is None else f"{float(v):.4g}"

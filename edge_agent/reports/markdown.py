@@ -12,6 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.reports.build import utc
+from edge_agent.reports.md_table import cell as _cell
+from edge_agent.reports.md_table import one_line as _line
+from edge_agent.reports.md_table import table as _table
 from edge_agent.reports.record import Report, ReportKind
 
 REDACTED = "***"
@@ -126,21 +129,6 @@ def _decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     return _table(cols, [[_t(d.get(c)) if c == "t_s" else _num(d.get(c)) if c == "latency_ms"
                           else _value(d.get(c))
                           for c in cols] for d in decisions])
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    out = ["| " + " | ".join(_cell(h) for h in header) + " |",
-           "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return out
-
-
-def _cell(v: Any) -> str:
-    return _line(str(v)).replace("|", "\\|")
-
-
-def _line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _num(v: Any) -> str:
