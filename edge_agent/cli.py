@@ -5,7 +5,8 @@
     edge-agent cmd NAME [JSON] [--config PATH | --device ID] [--json] [--timeout S]
     edge-agent status [--config PATH | --device ID] [--json]
     edge-agent doctor [--config PATH] [--json]
-    edge-agent journal export --state-dir D --out data.npz | journal drift --state-dir D
+    edge-agent journal export --state-dir D --out DIR | journal drift --state-dir D
+    edge-agent journal episodes|labels --state-dir D | journal label --state-dir D TASK VERDICT
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent model keygen --out KEY | model sign MODEL --key KEY | model verify MODEL ...
     edge-agent version
@@ -109,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("version", help="print the version, wire protocol and config schema")
     from edge_agent.journal_cli import add_parser as add_journal_parser
 
-    add_journal_parser(sub)  # `journal export|drift` (edge_agent/journal_cli.py)
+    add_journal_parser(sub)  # `journal export|drift|episodes|label|labels` (journal_cli.py)
     from edge_agent.comms.watch_cli import add_parser as add_watch_parser
 
     add_watch_parser(sub)  # `watch` (edge_agent/comms/watch_cli.py)

@@ -1,16 +1,19 @@
 """`edge-agent journal`: the decision journal as a training dataset, and action-distribution drift.
 
-    edge-agent journal export --state-dir D --out data.npz
-    edge-agent journal drift  --state-dir D [--window N] [--threshold 0.15]
+    edge-agent journal export   --state-dir D --out DIR [--card C] [--config C | --fps N]
+    edge-agent journal drift    --state-dir D [--window N] [--threshold 0.15]
+    edge-agent journal episodes --state-dir D [--last N]
+    edge-agent journal label    --state-dir D TASK_ID VERDICT [--step N] [--note TEXT]
+    edge-agent journal labels   --state-dir D [--task-id T]
 
-Both read the journal without repairing it, so they are safe while the daemon runs (a torn last
-record is skipped). They run in their own process: dataset work never runs inside the daemon.
+`episodes`, `label` and `labels` are journal_labels_cli.py's (episodes and a person's labels).
+export and drift read the journal without repairing it, so they are safe while the daemon runs (a
+torn last record is skipped). They run in their own process: dataset work never runs inside the
+daemon.
 
-`export` writes a NumPy .npz (no pickles: `np.load(path)` works with the default
-`allow_pickle=False`): `observations` float32 [N, D] (NaN-padded when lengths differ) with
-`obs_len` int16 [N]; `actions` int8 [N] (index into `action_names`, -1 = no decision);
-`backend`, `outcome`, `state` str [N] ("" = none); `latency_ms` float32 [N] (NaN = not given);
-`accepted` int8 [N] (-1 = not given); `t`, `wall` float64 [N].
+`export` writes a LeRobotDataset v3 directory: one episode per finished task, one frame per
+decision (edge_agent/dataset/, docs/FLYWHEEL.md). It needs pyarrow (the `dataset` extra), which
+only this process imports.
 
 `drift` compares the action distribution of the newest `window` decisions with the `window`
 before them: KL(current ‖ reference) in nats, with add-½ (Jeffreys) smoothing so an action
@@ -40,19 +43,33 @@ MIN_WINDOW = 20
 
 def add_parser(sub: Any) -> None:
     """Register `journal export|drift` on the main parser's subparsers."""
-    p = sub.add_parser("journal", help="decision journal: export a dataset, check for drift",
+    p = sub.add_parser("journal", help="decision journal: export a dataset, check for drift, "
+                                       "episodes and labels",
                        description=__doc__.splitlines()[0])
     jsub = p.add_subparsers(dest="journal_command", metavar="ACTION", required=True)
-    exp = jsub.add_parser("export", help="write the decisions as a training dataset (.npz)")
+    exp = jsub.add_parser("export", help="write the finished episodes as a LeRobotDataset v3 "
+                                          "directory (needs pyarrow)")
     drift = jsub.add_parser("drift", help="KL divergence of the action distribution between the "
                                           "newest window and the one before it")
-    for q in (exp, drift):
+    from edge_agent.journal_labels_cli import add_parsers
+
+    for q in (exp, drift, *add_parsers(jsub)):
         q.add_argument("--state-dir", required=True, metavar="D",
                        help="the daemon's state_dir (the journal is D/journal)")
         q.add_argument("--json", action="store_true",
                        help="print the result as JSON (the default when stdout is not a "
                             "terminal)")
-    exp.add_argument("--out", required=True, metavar="PATH", help="the .npz file to write")
+    exp.add_argument("--out", required=True, metavar="DIR",
+                     help="the LeRobotDataset v3 directory to write (must not exist)")
+    exp.add_argument("--card", metavar="PATH",
+                     help="the model card naming the observation fields and actions (default: "
+                          "the executor's observation layout, which every card must match)")
+    exp.add_argument("--fps", type=int, metavar="N",
+                     help="the decision rate (default: --config's control.decision_hz, else "
+                          "measured from the journal)")
+    exp.add_argument("--config", metavar="PATH",
+                     help="the daemon's config, read for control.decision_hz only")
+    exp.add_argument("--force", action="store_true", help="replace DIR when it exists")
     drift.add_argument("--window", type=int, default=1000, metavar="N",
                        help="decisions per window (default: %(default)s)")
     drift.add_argument("--threshold", type=float, default=0.15, metavar="KL",
@@ -64,15 +81,17 @@ def run(a: argparse.Namespace) -> int:
     from edge_agent.store.decisions import journal_dir, read_decisions
 
     directory = journal_dir(a.state_dir)
+    if a.journal_command in ("episodes", "label", "labels"):
+        from edge_agent.journal_labels_cli import run as run_labels
+
+        return run_labels(a, directory, a.json or not sys.stdout.isatty())
     if not directory.is_dir():
         print(f"error: no decision journal in {directory}", file=sys.stderr)
         return EXIT_USAGE
-    skipped = [0]
-    decisions = list(read_decisions(directory, skipped=skipped))
     as_json = a.json or not sys.stdout.isatty()
     if a.journal_command == "export":
-        return _export(decisions, Path(a.out), skipped[0], as_json)
-    return _drift(decisions, a.window, a.threshold, as_json)
+        return _export(a, directory, as_json)
+    return _drift(list(read_decisions(directory)), a.window, a.threshold, as_json)
 
 
 def _show(rec: Mapping[str, Any], head: str, as_json: bool) -> None:
@@ -88,54 +107,65 @@ def _show(rec: Mapping[str, Any], head: str, as_json: bool) -> None:
 # --------------------------------------------------------------------------- export
 
 
-def _export(decisions: Sequence[Decision], out: Path, skipped: int, as_json: bool) -> int:
-    if not decisions:
-        print("error: the journal holds no decisions", file=sys.stderr)
+def _export(a: argparse.Namespace, directory: Path, as_json: bool) -> int:
+    """The journal as a LeRobotDataset v3 directory (edge_agent/dataset/, docs/FLYWHEEL.md)."""
+    import time
+
+    try:
+        import pyarrow  # noqa: F401  (the `dataset` extra: never the daemon's)
+    except ImportError:
+        print("error: journal export needs pyarrow: pip install 'edge-agent[dataset]'",
+              file=sys.stderr)
         return EXIT_USAGE
-    arrays = dataset_arrays(decisions)
-    import numpy as np
+    from edge_agent.dataset.episodes import config_fps, gather, measured_fps
+    from edge_agent.dataset.lerobot import write_dataset
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "wb") as f:  # np.savez would append ".npz" to a name without it
-        np.savez_compressed(f, **arrays)
-    rec = {"out": str(out), "records": len(decisions), "skipped": skipped,
-           "obs_dim": int(arrays["observations"].shape[1]),
-           "actions": {str(n): int((arrays["actions"] == i).sum())
-                       for i, n in enumerate(arrays["action_names"])},
-           "bytes": out.stat().st_size}
-    _show(rec, f"wrote {len(decisions)} decisions to {out}", as_json)
+    if a.fps is not None and a.fps < 1:
+        print("error: --fps must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    t0 = time.monotonic()
+    obs_names: tuple[str, ...] | None = None
+    action_names: tuple[str, ...] = ()
+    cards: list[dict[str, Any]] = []
+    if a.card is not None:
+        from edge_agent.inference.model_card import ModelCard, ModelError
+
+        try:
+            card = ModelCard.load(Path(a.card))
+        except ModelError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        obs_names = tuple(n for n, _ in card.inputs[0].fields) or None
+        action_names = card.outputs[0].labels
+        cards.append({"name": card.name, "version": card.version, "sha256": card.sha256})
+    g = gather(directory, obs_names, action_names)
+    if not g.episodes:
+        print(f"error: the journal holds no finished episode (decisions left out: "
+              f"{g.left_out})", file=sys.stderr)
+        return EXIT_USAGE
+    fps, fps_from = a.fps, "given"
+    if fps is None and a.config is not None:
+        try:
+            fps, fps_from = config_fps(Path(a.config)), f"control.decision_hz of {a.config}"
+        except (OSError, ValueError) as e:
+            print(f"error: --config {a.config}: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    if fps is None:
+        fps, fps_from = measured_fps(g), "measured"
+    models = {json.dumps(e.record.get("model"), sort_keys=True) for e in g.episodes}
+    provenance = {"state_dir": str(a.state_dir), "exported_wall": round(time.time(), 3),
+                  "card": cards[0] if cards else None,
+                  "models": [json.loads(m) for m in sorted(models)],
+                  "fps": fps_from}
+    try:
+        rec = write_dataset(g, Path(a.out), fps, provenance, force=a.force)
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    rec["seconds"] = round(time.monotonic() - t0, 3)
+    _show(rec, f"wrote {rec['episodes']} episodes ({rec['frames']} decisions) to {a.out}",
+          as_json)
     return EXIT_OK
-
-
-def dataset_arrays(decisions: Sequence[Decision]) -> dict[str, Any]:
-    """The export's arrays (see the module docstring)."""
-    import numpy as np
-
-    names = list(ACTIONS)
-    for d in decisions:
-        if d.action is not None and d.action not in names:
-            names.append(d.action)
-    code = {n: i for i, n in enumerate(names)}
-    n = len(decisions)
-    dim = max((len(d.observation) for d in decisions), default=0)
-    obs = np.full((n, dim), np.nan, dtype=np.float32)
-    for i, d in enumerate(decisions):
-        obs[i, : len(d.observation)] = d.observation
-    return {
-        "observations": obs,
-        "obs_len": np.array([len(d.observation) for d in decisions], dtype=np.int16),
-        "actions": np.array([code[d.action] if d.action is not None else -1
-                             for d in decisions], dtype=np.int8),
-        "action_names": np.array(names),
-        "backend": np.array([d.backend or "" for d in decisions]),
-        "outcome": np.array([d.outcome or "" for d in decisions]),
-        "state": np.array([d.state or "" for d in decisions]),
-        "latency_ms": np.array([d.latency_ms for d in decisions], dtype=np.float32),
-        "accepted": np.array([-1 if d.accepted is None else int(d.accepted)
-                              for d in decisions], dtype=np.int8),
-        "t": np.array([d.t for d in decisions], dtype=np.float64),
-        "wall": np.array([d.wall for d in decisions], dtype=np.float64),
-    }
 
 
 # --------------------------------------------------------------------------- drift

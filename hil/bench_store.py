@@ -1,25 +1,39 @@
 """Benchmark of the crash-safe store: snapshot save, journal append, store-thread submit latency.
 
-    python3 -m hil.bench_store [--dir DIR] [--n 300]
+    python3 -m hil.bench_store [--dir DIR] [--n 300] [--decisions 5000]
 
 Prints median / P99 / max per measurement, with a same-run baseline (a bare write + fsync +
 rename + fsync(dir) of the same bytes), so a slow disk or a loaded machine shows as such.
 DIR must be on the disk under test (default: a temp dir under /var/tmp, not tmpfs).
+
+The decision journal's record path — what the control thread pays per decision — is timed
+three times in one run, interleaved: without episode fields (format 1, no episode mark), with
+them (format 2: the mark stamps the task id and step and counts the backend), and with episode
+fields plus the drift report's (state, action) count (store/drift_tally.py), on a router-shaped
+record paced at 1 kHz so the writer keeps up (issue 28: the cost must be unchanged).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import tempfile
 import time
+import timeit
 from collections.abc import Callable
 from pathlib import Path
 
-from edge_agent.store.journal import Journal, crc32c
+from edge_agent.policy_seam import OBS_FIELDS
+from edge_agent.store.crc32c import crc32c
+from edge_agent.store.decisions import DecisionJournal, encode_decision
+from edge_agent.store.drift_tally import DriftTally
+from edge_agent.store.episodes import EpisodeMark
+from edge_agent.store.journal import Journal
 from edge_agent.store.snapshot import SnapshotStore
 from edge_agent.store.writer import StoreWriter
+from edge_agent.vocab import EventType
 
 
 def _row(name: str, samples_s: list[float]) -> None:
@@ -71,14 +85,68 @@ def _bench_snapshot(d: Path, label: str, state: dict[str, object], n: int) -> No
     _row(f"SnapshotStore.load {label}", load)
 
 
+def _bench_decisions(root: Path, n: int) -> None:
+    plain, episodes = DecisionJournal(root / "dj-plain"), DecisionJournal(root / "dj-episodes")
+    tallied = DecisionJournal(root / "dj-tally")
+    mark = EpisodeMark()
+    episodes.episode = mark
+    tallied.episode = mark
+    tallied.tally = tally = DriftTally()
+    journals = (plain, episodes, tallied)
+    for j in journals:
+        j.open()
+    rec = {"mono": 1.0, "state": "grasp", "observation": [0.1 * i for i in range(len(OBS_FIELDS))],
+           "action": "continue", "backend": "local", "latency_ms": 0.4321, "outcome": "ok",
+           "attempts": [["local", "ok"]]}
+    times: dict[int, list[float]] = {0: [], 1: [], 2: []}
+    for i in range(n):
+        if i % 200 == 0:  # a task of 200 decisions
+            mark.follow({"type": EventType.TASK_DONE, "task_id": mark.task_id})
+            mark.follow({"type": EventType.TASK_STARTED, "task_id": f"bench-{i // 200}"})
+        rec["mono"] = float(i)
+        for k in range(3):  # rotated: no order bias
+            which = (i + k) % 3
+            t0 = time.perf_counter()
+            journals[which].record(rec)
+            times[which].append(time.perf_counter() - t0)
+        time.sleep(0.001)
+    _row("DecisionJournal.record, no episode fields", times[0])
+    _row("DecisionJournal.record, with task id + step", times[1])
+    _row("... + step + drift tally", times[2])
+    for j in journals:
+        j.stop()
+    print(f"records: plain {plain.stats()}, episodes {episodes.stats()}, "
+          f"tally {tallied.stats()}")
+    # the CPU part alone (pack + stamp, no queue, no writer thread waking): the best of 60
+    # blocks each, the cases alternating so that all see the same machine
+    reps, blocks = 5000, 60
+    cases = (("encode, no episode fields", lambda: encode_decision(rec)),
+             ("encode + stamp, task id + step",
+              lambda: encode_decision(rec, None, *mark.take(rec["backend"]))),
+             ("drift tally count alone",
+              lambda: tally.count_decision(rec["state"], rec["action"])))
+    best = [math.inf] * len(cases)
+    for _ in range(blocks):
+        best = [min(b, timeit.timeit(fn, number=reps)) for b, (_, fn) in zip(best, cases,
+                                                                             strict=True)]
+    for (label, _), b in zip(cases, best, strict=True):
+        print(f"{label:<44} {b / reps * 1e6:6.2f} us per record (best of {blocks} x {reps})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--decisions", type=int, default=5000)
+    ap.add_argument("--only-decisions", action="store_true",
+                    help="time only the decision journal's record path")
     args = ap.parse_args()
     root = Path(args.dir or tempfile.mkdtemp(prefix="bench_store_", dir="/var/tmp"))
     n = args.n
     print(f"dir {root} ({n} samples each)")
+    _bench_decisions(root, args.decisions)
+    if args.only_decisions:
+        return
     states: list[tuple[str, dict[str, object]]] = [
         ("1 KiB", {"latched": True, "q": [0.1] * 100, "cause": "x" * 200}),
         ("128 KiB", {"body": "y" * (128 << 10)}),

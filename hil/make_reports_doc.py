@@ -14,7 +14,8 @@ Faults: the e-stop button pressed; a collision while a task runs; the serial lin
 unrecoverable weak gripper until L3 (`executor.l3_threshold=3` so one task reaches it); a kill -9
 of the daemon and its restart (an unclean restart); then, on a private Mosquitto
 (tests/mosquitto.py; skipped without one), the broker stopped and started again: `broker_lost`
-entered and left (the mode reports).
+entered and left (the mode reports); then the drift report: a run with the trained policy, and
+one with an untrained policy and a 45 s `journal.drift_period_s` (run_drift).
 """
 
 from __future__ import annotations
@@ -166,6 +167,9 @@ def run_faults(state_dir: Path, chat: Receiver) -> None:
     finally:
         d.stop()
     run_broker_loss(state_dir, sets)
+    from hil.drift_doc import run_drift  # the drift pair (it uses this module's Daemon)
+
+    run_drift(state_dir, sets)
     wait(lambda: _all_in_chat(state_dir, chat), 120, "every report in the chat")
 
 
@@ -218,6 +222,8 @@ def write_doc(state_dir: Path, out: Path, chat: Receiver) -> list[str]:
         if mode and rep["fault"] != "mode:broker_lost":
             continue  # a sensor mode at start-up, say: not every run has one
         key = f"{rep['kind']}:{rep['fault'].partition(':')[2]}" if mode else rep["fault"]
+        if rep["kind"] == "drift" and rep["details"]["verdict"] == "drift":
+            chosen[key] = {**rep, "id": rid}  # the period against its reference
         chosen.setdefault(key, {**rep, "id": rid})
     sent = chat.unique()
     parts = [HEADER]
@@ -269,10 +275,20 @@ kill -9; on a full disk the report stays in memory and is delivered all the same
 it to `<reports.dir>/<id>.md|.png|.json`, to MQTT `report` (QoS 1, ≤ 64 KiB) and to the chat
 webhook (`reports.webhook_url`: a WeCom summary + the plot image, or one JSON POST), each with
 retries and an idempotency key (the report id); MQTT counts as delivered on the broker's PUBACK,
-not when the message was sent. `edge-agent reports list | show ID` reads them on the robot.
+not when the message was sent. `edge-agent reports list | show ID` reads them on the robot. The
+webhook's answer is read up to 4 KiB and no further (a receiver's is ~30 bytes): a longer one — a
+proxy's or a captive portal's page, a receiver streaming without end — fails that delivery with
+`HTTP 200 with an answer over 4096 bytes` in `status` (`reports.last_error`), the connection is
+closed with the rest unread and the report is retried like any failure (it is already on disk and
+MQTT).
 Each degradation mode entered or left (the health monitor, docs/HEALTH.md) is a report on the
 same path (`ModeRecord` in edge_agent/reports/record.py: kind `mode_entered` / `mode_left`, the
-capabilities lost, the fallback in use, the recovery rule and the next probe's time).
+capabilities lost, the fallback in use, the recovery rule and the next probe's time). Every
+`journal.drift_period_s` (a week by default) the daemon files a drift report on the same path
+(kind `drift`, daemon/drift.py): this period's action distribution per executor state against
+the last period's (KL, nats, overall and per state), success rate, L3 count, labels given,
+decisions and episodes counted, and a verdict against `journal.drift_threshold`; its plot is the
+action distribution as bars, last period above this one.
 
 **The chat message is a summary, not the report.** WeCom's classic `msgtype: markdown` renders
 headings, bold, links, inline code, quotes and `<font color>` (info, comment, warning) only: a

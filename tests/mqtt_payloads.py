@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 COMMANDS = ("task.start", "task.cancel", "resume", "reset", "estop", "manual.enter",
-            "manual.jog", "manual.exit", "status", "model.update", "failure.inject")
+            "manual.jog", "manual.exit", "status", "model.update", "failure.inject",
+            "journal.label")
 EXTRA_TOPICS = ("bogus", "task.stop", "Status")  # unknown command names (unknown_command)
 _FAILURES = {
     "sensor:wrist_force": ("dropout", "stuck", "noise", "spikes"),
@@ -64,6 +65,13 @@ def valid_args(name: str, rng: random.Random) -> dict[str, Any]:
         out["sha256"] = "".join(rng.choice("0123456789abcdef") for _ in range(64))
         if coin() < 0.5:
             out["version"] = "1.2.3"
+    elif name == "journal.label":
+        out["task_id"] = f"t-{rng.randrange(1000)}"
+        out["verdict"] = rng.choice(("correct", "wrong", "needs_work"))
+        if coin() < 0.5:
+            out["note"] = rng.choice(["late grip", "n" * 280, "é✓"])
+        if coin() < 0.5:
+            out["step"] = rng.randrange(500)
     elif name == "failure.inject":
         target = rng.choice(list(_FAILURES))
         out["target"] = target
@@ -103,6 +111,9 @@ BOUNDARY: dict[str, tuple[Any, ...]] = {
     "mode": ("press", "release", "unplug", "dropout", "impact", "slip", "fail", "down", "PRESS"),
     "duration_s": (0, 3600, 3600.1, -0.1, 0.5),
     "severity": (0, 1, 1.1, -0.01, 0.5),
+    "verdict": ("correct", "wrong", "needs_work", "Correct", "", "ok"),
+    "note": ("n" * 280, "n" * 281, "", "n"),
+    "step": (0, -1, 2**31, 2**31 + 1, 1.0, True),
     "expires_at": (0, 1e11, 1e11 + 1, -0.001, 4e9),
     "ts": (0, 1e11, 1e11 + 1, -0.001, 1.7e9, "now"),
     "id": ("i" * 128, "i" * 129, "ok"),
@@ -139,6 +150,7 @@ ARG_KEYS: dict[str, tuple[str, ...]] = {
     "manual.exit": ("reason",), "status": ("reason",),
     "model.update": ("uri", "sha256", "version"),
     "failure.inject": ("target", "mode", "duration_s", "severity"),
+    "journal.label": ("task_id", "verdict", "note", "step"),
 }
 
 

@@ -179,7 +179,8 @@ SCHEMA_OF = {"task.start": "TaskStartCommand", "task.cancel": "TaskCancelCommand
              "resume": "ResumeCommand", "reset": "ResetCommand", "estop": "EstopCommand",
              "manual.enter": "ManualEnterCommand", "manual.jog": "ManualJogCommand",
              "manual.exit": "ManualExitCommand", "status": "StatusCommand",
-             "model.update": "ModelUpdateCommand", "failure.inject": "FailureInjectCommand"}
+             "model.update": "ModelUpdateCommand", "failure.inject": "FailureInjectCommand",
+             "journal.label": "JournalLabelCommand"}
 
 
 def _code_accepts(name: str, obj: dict[str, Any]) -> bool:

@@ -61,7 +61,7 @@ CELLS = _cells()
 def test_table_covers_every_design_command_and_mode() -> None:
     assert len(CELLS) == 10 * 7
     names = {c[0] for c in CELLS}
-    assert names | {"model.update"} == set(MATRIX)
+    assert names | {"model.update", "journal.label"} == set(MATRIX)
 
 
 @pytest.mark.parametrize(("command", "mode", "symbol"), CELLS,
@@ -99,9 +99,16 @@ def test_model_update_refused_only_while_running() -> None:
         assert got.admitted == (mode is not Mode.RUNNING), mode
 
 
+@pytest.mark.parametrize("mode", list(Mode))
+def test_journal_label_is_admitted_in_every_mode_like_status(mode: Mode) -> None:
+    # (issue 28: a label only appends beside the journal; DESIGN.md's table predates it)
+    assert admit("journal.label", mode, AdmissionContext()).verdict is Verdict.ADMIT
+
+
 def test_unknown_mode_admits_only_safe_commands() -> None:
     assert admit("estop", "weird", AdmissionContext()).admitted
     assert admit("status", "weird", AdmissionContext()).admitted
+    assert admit("journal.label", "weird", AdmissionContext()).admitted
     assert not admit("task.start", "weird", AdmissionContext()).admitted
     assert not admit("manual.jog", "weird", AdmissionContext()).admitted
 

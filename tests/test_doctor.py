@@ -198,3 +198,35 @@ def test_a_unit_that_does_not_grant_the_priorities_is_reported(
     (tmp_path / "edge-agent.service.d" / "rt.conf").write_text("[Service]\nLimitRTPRIO=40\n")
     rc, findings = doctor(*base, sim=True, args=("--unit", str(stripped)))
     assert by_check(findings, "unit")[0]["level"] == "ok", findings
+
+
+@pytest.mark.parametrize("protocol", ["5", "3.1.1"])
+def test_a_broker_without_a_size_limit_is_a_warning_and_one_with_it_is_not(
+        tmp_path: Path, broker: Mosquitto, state_dir: Path, protocol: str) -> None:
+    sets = [*_device_sets(broker, state_dir, MQTT_USERS["dev1"]), f'mqtt.protocol="{protocol}"']
+    # the test broker sets no limit: a publish over what the daemon reads is accepted
+    _rc, findings = doctor(*sets, sim=True)
+    (size,) = by_check(findings, "broker_size")
+    assert size["level"] == "warn", findings
+    assert "max_packet_size 262144" in size["fix"]
+    assert ("dropped without a reply" if protocol == "5" else "not proven") in size["message"]
+    # the shipped config's limit, and mosquitto's max_packet_size: each is seen (Mosquitto 2.0
+    # disconnects an MQTT 5 sender of a publish over either; max_packet_size any sender)
+    for line in ("message_size_limit 131072", "max_packet_size 262144"):
+        limited = Mosquitto(tmp_path / line.split()[0], MQTT_USERS)
+        limited.use_config(limited.config.read_text() + line + "\n")
+        limited.start()
+        try:
+            _rc, findings = doctor(*_device_sets(limited, state_dir, MQTT_USERS["dev1"]),
+                                   f'mqtt.protocol="{protocol}"', sim=True)
+        finally:
+            limited.stop()
+        (size,) = by_check(findings, "broker_size")
+        if protocol == "3.1.1" and line.startswith("message_size_limit"):
+            # a 3.1.1 sender of a publish over message_size_limit gets its PUBACK like any other
+            assert size["level"] == "warn" and "not proven" in size["message"], findings
+        else:
+            assert size["level"] == "ok", findings
+            assert ("refuses a" in size["message"]
+                    or "takes no packet over 262144" in size["message"]), findings
+        assert by_check(findings, "broker_acl")[0]["level"] == "ok", findings

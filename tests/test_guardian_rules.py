@@ -24,6 +24,7 @@ from edge_agent.link.codec import (
     GReset,
     GripperMode,
     GState,
+    Hello,
     HelloAck,
     Message,
     Mode,
@@ -185,6 +186,9 @@ def test_a_silence_inside_a_hold_stream_holds_without_latching_unless_motion_fol
     assert not r.state.deadman_hold and not r.latched
     assert r.on_daemon(position(), 0.115).tty == [position()]  # a task starts: moves
     r.on_daemon(LIMITS.hold(), 0.12)
+    r.on_tick(0.145)  # the G_STATE due (every half deadman) ...
+    r.on_tick(0.17)  # ... and the deadman, as the loop ticks: holds, no latch
+    assert r.state.deadman_hold and not r.latched
     r.on_tick(0.2)
     assert r.on_daemon(position(), 0.21).tty == [] and r.latched  # motion right after silence
     assert r.state.cause == StopReason.DEADMAN
@@ -200,6 +204,112 @@ def test_commands_queued_while_the_guardian_stalled_trip_the_deadman_first() -> 
     assert r.latched and r.state.cause == StopReason.DEADMAN
     assert all(not any(moving(m) for m in a.tty) for a in outs)
     assert r.counters["deadman_trips"] == 1 and r.counters["dropped_motion"] == 5
+
+
+def test_motion_let_through_before_a_freeze_is_not_written_after_it() -> None:
+    """The sequence hil.guardian_freeze_loop caught (the rig's record: the guardian stopped in
+    user space, seq 504 read 3 ms before the SIGSTOP, seq 505 POSITION read 8 ms after the
+    SIGCONT 1.5 s later): the rules let a POSITION through at t=0, the process was frozen before
+    its write, and it woke at t=1.5 with the frame in hand. Judged again on the fresh clock it
+    is not written; the deadman trips (latched, hold stream) and the daemon's frames queued
+    meanwhile move nothing until G_RESET + ENABLE(1)."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    assert r.on_daemon(position(), 0.0).tty == [position()]  # the decision ...
+    assert r.before_write(position(), 0.0001) is None  # ... written at once: fine
+    assert r.after_write(position(), 0.0002) is None
+    assert r.on_daemon(position(), 0.005).tty == [position()]  # the next decision ...
+    refused = r.before_write(position(), 1.5)  # ... and the freeze before its write
+    assert refused is not None and not any(moving(m) for m in refused.tty)
+    assert r.latched and r.state.cause == StopReason.DEADMAN and r.state.deadman_hold
+    assert refused.daemon[-1].latched and refused.daemon[-1].cause == StopReason.DEADMAN
+    assert r.counters["stale_dropped"] == 1 and r.counters["deadman_trips"] == 1
+    assert r.on_tick(1.5).tty == [LIMITS.hold()]  # the hold stream
+    queued = [r.on_daemon(m, 1.5) for m in (position(), position(),
+                                            Stop(StopCategory.CAT2, StopReason.DEADMAN),
+                                            LIMITS.hold())]
+    assert not any(moving(m) for a in queued for m in a.tty)
+    r.on_daemon(GReset(), 1.51)
+    assert r.on_daemon(position(), 1.511).tty == []  # no motion before ENABLE(1)
+    r.on_daemon(Enable(True), 1.512)
+    assert r.on_daemon(position(), 1.513).tty == [position()]
+    assert r.before_write(position(), 1.5131) is None
+
+
+def test_a_hold_queued_ahead_of_setpoints_while_the_guardian_was_frozen_does_not_rearm_it(
+        ) -> None:
+    """The other sequence the loop caught (guardian stopped in sendto, 1.57 s): the daemon's
+    executor held for a tick when its measurements went stale (seq 13210 HOLD, read 6 ms before
+    the freeze), then sent the trajectory's next two setpoints and HOLDs into the socketpair.
+    After the wake the queued HOLD came first: read on a fresh clock it re-armed the deadman as a
+    live hold stream would, and seq 13212/13213 POSITION went out. A gap in the guardian's own
+    time while the stream moved is a deadman trip, whatever the first frame after it is."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    for i in range(5):  # moving, ticked as the loop does
+        assert r.on_daemon(position(), i * 0.005).tty == [position()]
+        r.on_tick(i * 0.005 + 0.001)
+    r.on_daemon(LIMITS.hold(), 0.025)  # the stale-measurement hold, then the freeze
+    woke = 0.025 + 1.57
+    acts = [r.on_tick(woke), r.on_tty(status(False), woke)]
+    assert r.latched and r.state.cause == StopReason.DEADMAN and r.counters["stalls"] == 1
+    acts += [r.on_daemon(m, woke) for m in (LIMITS.hold(), position(), position(), LIMITS.hold(),
+                                            Stop(StopCategory.CAT2, StopReason.DEADMAN))]
+    assert not any(moving(m) for a in acts for m in a.tty)
+    assert r.counters["dropped_motion"] == 2
+
+
+def test_a_gap_while_idle_only_holds_and_ticks_at_the_deadlines_are_no_gap() -> None:
+    """No motion within a deadman time before the gap: nothing to protect, no stop. A loop
+    that ticks at next_deadline() never sees a gap, however long it runs."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(LIMITS.hold(), 0.0)
+    r.on_tick(2.0)
+    assert not r.latched and r.counters["stalls"] == 0
+    t = 2.0
+    for i in range(100):  # a 200 Hz stream: back, moving, holding, then silent for 40 s
+        if i < 60:
+            r.on_daemon(position() if 0 < i < 40 else LIMITS.hold(), t)
+        next_cmd = t + 0.005 if i < 59 else t + 1.0
+        while r.next_deadline() < next_cmd:
+            r.on_tick(r.next_deadline())
+        t = next_cmd
+    assert r.counters["stalls"] == 0 and not r.latched and r.state.deadman_hold
+
+
+def test_a_freeze_between_the_check_and_the_write_is_followed_by_a_stop() -> None:
+    """The freeze fell after before_write, before the frame left: it may have gone out stale,
+    so STOP(CAT2, DEADMAN) goes to the tty at once (the firmware holds and latches) and the
+    deadman trips. ENABLE(1) is motion too; HOLD, STOP and PING are never held back."""
+    r = up_rules()
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(position(), 0.0)
+    assert r.before_write(position(), 0.0001) is None
+    stale = r.after_write(position(), 1.5)
+    assert stale is not None and stale.tty == [Stop(StopCategory.CAT2, StopReason.DEADMAN)]
+    assert r.latched and r.state.cause == StopReason.DEADMAN
+    assert r.counters["stale_written"] == 1
+    r = up_rules()
+    r.on_daemon(GReset(), 0.0)
+    assert r.before_write(Enable(True), 1.0) is not None and r.latched
+    for m in (LIMITS.hold(), Stop(StopCategory.CAT2, StopReason.PROTECTIVE), Ping(1),
+              Enable(False)):
+        assert r.before_write(m, 9.0) is None and r.after_write(m, 9.0) is None
+
+
+def test_the_stall_bound_is_the_firmwares_deadman_when_it_is_shorter() -> None:
+    """The firmware trips after its own deadman (HELLO deadman_ms) of silence: motion held back
+    longer than that would reach a tripped robot even when the guardian's deadman is longer."""
+    r = GuardianRules(LIMITS, 0.0, deadman_s=0.25, hello=Hello(deadman_ms=100))
+    assert r.stall_bound_s == 0.1
+    r.on_link(True, 0.0)
+    r.on_daemon(Enable(True), 0.0)
+    r.on_daemon(position(), 0.0)
+    assert r.before_write(position(), 0.09) is None
+    assert r.before_write(position(), 0.11) is not None and r.latched
+    assert GuardianRules(LIMITS, 0.0, deadman_s=0.05, hello=Hello(deadman_ms=100)
+                         ).stall_bound_s == 0.05
 
 
 def fw_status(*, deadman: bool) -> Status:
@@ -395,6 +505,7 @@ class GuardianMachine(RuleBasedStateMachine):
         self.fw_tripped = False  # the last STATUS showed DEADMAN_TRIPPED
         self.last_cmd_moved = False  # the last COMMAND that reached the rules asked for motion
         self.pending_moved = False  # ... and the G_AT waiting
+        self.moved_at: float | None = None  # a COMMAND that moves reached the rules
 
     # every input goes through here
     def step(self, acts: Actions, latched_before: bool, need_enable_before: bool,
@@ -405,6 +516,7 @@ class GuardianMachine(RuleBasedStateMachine):
             assert self.pending is not None and self.t >= self.pending - 2e-6
             self.pending = None
             self.last_cmd_moved = self.pending_moved
+            self.moved_at = self.t if self.pending_moved else self.moved_at
             self.last_cmd = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
@@ -445,8 +557,10 @@ class GuardianMachine(RuleBasedStateMachine):
             assert self.r.counters["timed_released"] - rel == old_due + new_due
             if old_due:
                 self.last_cmd_moved = self.pending_moved
+                self.moved_at = self.t if self.pending_moved else self.moved_at
             if new_due:
                 self.last_cmd_moved = msg.cmd.moves
+                self.moved_at = self.t if msg.cmd.moves else self.moved_at
             self.pending = None if new_due else due
             self.pending_moved = msg.cmd.moves
             if old_due or new_due:
@@ -460,6 +574,8 @@ class GuardianMachine(RuleBasedStateMachine):
         if isinstance(msg, Command):
             self.last_cmd = self.t
             self.last_cmd_moved = msg.moves
+            if msg.moves:
+                self.moved_at = self.t
             self.first_hold_after_cmd = None
             self.last_hold = None
         return acts
@@ -473,6 +589,7 @@ class GuardianMachine(RuleBasedStateMachine):
             self.pending = None  # a latch drops a waiting G_AT, latched before or not
         acts = self.feed_tty(EstopEdge(0, True) if via_edge else status(True))
         self.known_pressed = True
+        self.fw_tripped = self.fw_tripped and via_edge  # a STATUS without DEADMAN_TRIPPED
         if edge:
             assert acts.tty[:1] == [ESTOP_STOP], "a press edge without a stop frame"
         assert self.r.latched
@@ -483,6 +600,7 @@ class GuardianMachine(RuleBasedStateMachine):
         self.pressed = False
         self.feed_tty(EstopEdge(0, False) if via_edge else status(False))
         self.known_pressed = False
+        self.fw_tripped = self.fw_tripped and via_edge
 
     @precondition(lambda self: self.link)
     @rule()
@@ -574,6 +692,29 @@ class GuardianMachine(RuleBasedStateMachine):
         if edge and self.last_cmd_moved:  # a flag still set is no new trip (a reset must pass)
             assert self.r.latched and self.r.state.cause in (
                 StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
+
+    @precondition(lambda self: not self.daemon_lost)
+    @rule(dt=st.floats(DEADMAN * 1.01, 2.0),
+          first=st.sampled_from(("tick", "status", "hold", "position")))
+    def guardian_stalls(self, dt: float, first: str) -> None:
+        """This process does not run for `dt` (no ticks: SIGSTOP), then one input and a tick.
+        When the stream moved within a deadman time before the gap, the deadman trips first:
+        nothing read after the gap moves, whatever comes first (a queued HOLD included)."""
+        moved = self.moved_at is not None and self.moved_at >= self.t - DEADMAN
+        self.t += dt
+        self.pending = None if moved else self.pending
+        if first == "status" and self.link:
+            self.status_frame()
+        elif first in ("hold", "position"):
+            acts = self.feed_daemon(LIMITS.hold() if first == "hold" else position())
+            assert not (moved and any(moving(m) for m in acts.tty)), "motion after a stall"
+        else:  # a tick (or no link: no STATUS comes, the loop's timer ticks)
+            self.tick()
+        if moved:
+            assert self.r.latched and self.r.state.cause in (
+                StopReason.DEADMAN, StopReason.ESTOP_INPUT, self.r.cause)
+        self.last_cmd = None  # the hold stream's timing assumes a loop that ticked meanwhile
+        self.tick()
 
     @rule(dt=st.floats(0.0, 0.3))
     def advance(self, dt: float) -> None:

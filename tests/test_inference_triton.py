@@ -322,3 +322,60 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
     finally:
         d.stop()
         server.stop()
+
+
+class _HugeReplies:
+    """A real gRPC server speaking Triton's protocol (tritonclient's own service definition):
+    ready, and every ModelInfer answered with `reply_bytes` of scores."""
+
+    def __init__(self, reply_bytes: int) -> None:
+        from concurrent import futures
+
+        import grpc
+        import tritonclient.grpc.service_pb2 as pb
+        import tritonclient.grpc.service_pb2_grpc as svc
+
+        floats = reply_bytes // 4
+        raw = bytes(floats * 4)
+        self.infers = 0
+        outer = self
+
+        class Servicer(svc.GRPCInferenceServiceServicer):  # type: ignore[misc]
+            def ServerReady(self, request: Any, context: Any) -> Any:
+                return pb.ServerReadyResponse(ready=True)
+
+            def ModelReady(self, request: Any, context: Any) -> Any:
+                return pb.ModelReadyResponse(ready=True)
+
+            def ModelInfer(self, request: Any, context: Any) -> Any:
+                outer.infers += 1
+                out = pb.ModelInferResponse.InferOutputTensor(name="scores", datatype="FP32",
+                                                              shape=[1, floats])
+                return pb.ModelInferResponse(model_name="policy", outputs=[out],
+                                             raw_output_contents=[raw])
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        svc.add_GRPCInferenceServiceServicer_to_server(Servicer(), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+
+@needs_client
+def test_a_reply_over_the_bound_fails_the_request_unread(model: Path) -> None:
+    """2 MiB of scores (gRPC's default limit is 4 MiB, tritonclient's own 2 GiB): refused at
+    MAX_REPLY_BYTES, the request fails with the reason and the local model decides."""
+    from edge_agent.inference.triton_backend import MAX_REPLY_BYTES
+
+    huge = _HugeReplies(2 * MAX_REPLY_BYTES)
+    rig = Rig(f"127.0.0.1:{huge.port}", model)
+    try:
+        assert rig.bus.wait_until(rig.remote.ready, 30.0)
+        rig.router.decide(observations(1)[0])
+        assert huge.infers == 1
+        assert rig.records[-1].attempts[-1] == ("cached", "ok"), rig.records[-1]
+        assert rig.records[-1].attempts[0][0] == "triton"
+        assert "larger than max" in (rig.remote.last_error or ""), rig.remote.last_error
+        assert str(MAX_REPLY_BYTES) in (rig.remote.last_error or "")
+    finally:
+        rig.stop()
+        huge.server.stop(0)

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from tiny_fs import tiny_fs
 
 from edge_agent.errors import StoreError
-from edge_agent.store.journal import MAGIC, Journal, JournalFull, crc32c
+from edge_agent.store.crc32c import crc32c
+from edge_agent.store.journal import MAGIC, Journal, JournalFull
 
 KILLS = int(os.environ.get("EDGE_CRASH_LOOPS", "200")) // 2
 
@@ -349,3 +350,35 @@ def test_kill_minus_nine_during_appends_replays_a_valid_prefix(tmp_path: Path) -
     print(f"\n{KILLS} kills in {time.monotonic() - t0:.1f} s, {repairs} torn tails repaired,"
           f" {verified} records appended")
     assert verified >= KILLS // 2  # every other child appended at least once
+
+
+def test_a_long_record_is_checked_in_pieces_and_never_held(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening reads lengths only (the CRC in pieces: 64 KiB here); `iter_records` skips a
+    record over KEEP_RECORD_BYTES (here 128 KiB) with a warning instead of holding it."""
+    from edge_agent.store import journal as jmod
+
+    monkeypatch.setattr(jmod, "_PIECE", 64 << 10)
+    monkeypatch.setattr(jmod, "KEEP_RECORD_BYTES", 128 << 10)
+    big = os.urandom(1024) * 512  # 512 KiB, valid
+    j = Journal(tmp_path)
+    j.open()
+    for rec in (b"small-1", big, b"small-2"):
+        j.append(rec)
+    j.close()
+    held: list[int] = []  # the size of every buffer the CRC is computed over
+
+    def crc_seen(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
+        held.append(len(data))
+        return crc32c(data, crc)
+
+    monkeypatch.setattr(jmod, "crc32c", crc_seen)
+    j = Journal(tmp_path)
+    report = j.open()
+    assert report.tail_records == 3 and report.truncated_bytes == 0, report
+    assert max(held) == 64 << 10, max(held)  # pieces, never the 512 KiB record
+    j.close()
+    held.clear()
+    j = Journal(tmp_path)
+    assert list(j.iter_records()) == [b"small-1", b"small-2"]
+    assert j.corrupt_skipped == 1 and max(held) == 64 << 10

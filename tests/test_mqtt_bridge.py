@@ -409,6 +409,36 @@ def test_inbox_priority_lane_and_bound() -> None:
     assert not inbox.offer(InboundCommand("late", b"", "mqtt", None))
 
 
+def test_inbox_bounds_the_payload_bytes_it_holds() -> None:
+    """256 KiB packets (the most the daemon reads) behind a busy worker: the inbox holds at most
+    MAX_QUEUED_BYTES of them and refuses the rest; an e-stop still goes in."""
+    from edge_agent.comms.inbox import MAX_QUEUED_BYTES
+    from edge_agent.comms.mqtt_bounded import MAX_PACKET_BYTES
+
+    gate, entered = threading.Event(), threading.Event()
+
+    def process(item: InboundCommand) -> None:
+        if item.name == "hold":
+            entered.set()
+            assert gate.wait(10)
+
+    inbox = CommandInbox(process, maxsize=256)
+    inbox.start()
+    big = b"x" * MAX_PACKET_BYTES
+    try:
+        assert inbox.offer(InboundCommand("hold", b"", "mqtt", None))
+        assert entered.wait(10)
+        taken = sum(inbox.offer(InboundCommand("big", big, "mqtt", None)) for _ in range(256))
+        assert taken == MAX_QUEUED_BYTES // MAX_PACKET_BYTES and inbox.overflow == 256 - taken
+        assert inbox.offer(InboundCommand("estop", big, "fleet", None, priority=True))
+        gate.set()
+        wait_until(inbox.idle, 10, "the inbox to drain")
+        assert inbox.offer(InboundCommand("big", big, "mqtt", None))  # drained: room again
+    finally:
+        gate.set()
+        inbox.stop()
+
+
 def test_topics_and_device_id_checks() -> None:
     t = Topics("edge/dev1")
     assert t.command_name("edge/dev1/cmd/task.start") == "task.start"

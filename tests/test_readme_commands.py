@@ -101,6 +101,9 @@ RULES: list[tuple[str, str, str]] = [
      "regenerates docs/REPORTS.md and docs/reports/ from five real daemon runs (minutes)"),
     ("", r"^python3? -m hil\.rig\b",
      "runs the simulated robot until stopped (README's run-sim.sh session starts it)"),
+    ("", r"^python3? -m hil\.load_lerobot\b",
+     "needs lerobot and torch (~8 GB), not in the project's environment: "
+     "tests/test_journal_export.py runs it where $EDGE_AGENT_LEROBOT_PYTHON names one"),
     ("", r"^pip install\b", "changes this Python environment (the GPU swap installs a CUDA "
                             "package); test_documented_pip_installs checks what it installs"),
 ]

@@ -5,8 +5,9 @@ table or a list arrives as raw `|` and `-`. Each summary is parsed (markdown-it,
 and read line by line: no table, no list (in a quote neither), no rule, image or code block, only
 WeCom's three colours, at most 4,096 bytes UTF-8 — and every field an operator needs is there.
 Built from records of every kind: every stop cause, a diagnosis from the executor's own
-`fault_record`, every degradation mode entered and left; and from the reports the real daemon
-wrote for docs/REPORTS.md, whose chat texts must be what the sink sends today.
+`fault_record`, every degradation mode entered and left, a drift report with and without drift;
+and from the reports the real daemon wrote for docs/REPORTS.md, whose chat texts must be what the
+sink sends today.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from test_reports import ORIGIN, TOKEN, _window
 from edge_agent.executor.faults import FaultPolicy, fault_record
 from edge_agent.executor.tasks import FailureKind, State
 from edge_agent.reports.build import build_report, utc
+from edge_agent.reports.drift import build_drift_report, period_summary
 from edge_agent.reports.outbox import Entry
 from edge_agent.reports.record import (
     DiagnosisRecord,
@@ -81,7 +83,8 @@ def missing_fields(text: str, r: Report, topic: str) -> list[str]:
              ReportKind.PROTECTIVE_STOP: str(r.details.get("cause")),
              ReportKind.DIAGNOSIS: r.fault.partition(":")[2],
              ReportKind.MODE_ENTERED: str(r.details.get("mode")),
-             ReportKind.MODE_LEFT: str(r.details.get("mode"))}[r.kind]
+             ReportKind.MODE_LEFT: str(r.details.get("mode")),
+             ReportKind.DRIFT: str(r.details.get("verdict"))}[r.kind]
     want = {"title": f"## {_one(r.title)}\n", "cause": "**Cause:** <font color=",
             "cause value": cause, "device": f"**Device:** {r.origin.device}",
             "time": f"**Time:** {utc(r.wall)}", "done": "**Done:**",
@@ -133,8 +136,21 @@ def _mode(mode: str, entered: bool) -> Report:
     return build_report(rec, ORIGIN)
 
 
+def _drift(shift: bool) -> Report:
+    """The periodic drift report: grasp decisions shifted to retry_alternative, or the same."""
+    t0 = time.time() - 1000
+    last = period_summary({"actions": {"grasp": {"continue": 80, "advance": 40}},
+                           "episodes": 10, "outcomes": {"success": 9, "failed": 1}, "l3": 1},
+                          t0, t0 + 500, {"correct": 1, "wrong": 0, "needs_work": 0})
+    grasp = {"retry_alternative": 90, "advance": 30} if shift else {"continue": 79, "advance": 41}
+    this = period_summary({"actions": {"grasp": grasp}, "episodes": 9,
+                           "outcomes": {"success": 5, "failed": 4}, "l3": 3},
+                          t0 + 500, t0 + 1000, None)
+    return build_drift_report(this, last, 0.15, 500.0, ORIGIN, mono=1.0)
+
+
 def _all_kinds() -> list[Report]:
-    reports = [_stop(c) for c in StopCause] + [_diagnosis()]
+    reports = [_stop(c) for c in StopCause] + [_diagnosis(), _drift(True), _drift(False)]
     for m in DegradationMode:
         for entered in (True, False):
             reports.append(_mode(m.value, entered))
@@ -153,10 +169,10 @@ def test_every_report_kind_is_covered() -> None:
 def test_the_chat_summary_is_classic_markdown_with_every_field(r: Report, tmp_path: Path) -> None:
     plot = tmp_path / "p.png"
     plot.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 100)
-    text = _sent(r, plot=plot if r.window else None)
+    text = _sent(r, plot=plot if r.has_plot else None)
     assert classic_problems(text) == [], text
     assert missing_fields(text, r, TOPIC) == [], text
-    assert ("follows as an image" in text) == bool(r.window)
+    assert ("follows as an image" in text) == r.has_plot
     assert len(text.encode()) < 2000  # a phone screen or two, not the 4 kB limit
 
 

@@ -5,6 +5,8 @@ CONDITIONAL (the handler runs and checks the named condition, refusing if it doe
 REFUSE (with a code). DESIGN.md's "—" (does not apply, e.g. `reset` in manual) is a refusal with
 `not_admitted` and a message saying what to do instead. `model.update` is not in DESIGN.md's
 table: it is admitted everywhere except while a task runs (a policy swap mid-task is refused).
+`journal.label` (a person's verdict on a decision or an episode) is admitted everywhere, like
+`status`: it only appends to the label file beside the journal.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ MATRIX: Mapping[str, Mapping[Mode, Cell]] = {
     "manual.exit": _MANUAL_VERBS,
     "estop": {**_EVERYWHERE, Mode.ESTOP: _ok("stop frame again")},
     "status": _EVERYWHERE,
+    "journal.label": _EVERYWHERE,  # writes beside the journal only: never moves the robot
     "failure.inject": {m: _if("debug.failure_injection") for m in Mode},
     "model.update": {**_EVERYWHERE,
                      Mode.RUNNING: _no(ErrorCode.BUSY, "a task is running; model swap refused")},
@@ -118,7 +121,7 @@ def admit(command: str, mode: Mode | str, ctx: AdmissionContext) -> Admission:
     except ValueError:
         # An unknown mode is treated like a protective stop: only the always-safe commands pass.
         m = Mode.PROTECTIVE_STOP
-        if command not in ("estop", "status", "task.cancel"):
+        if command not in ("estop", "status", "task.cancel", "journal.label"):
             return Admission(command, m, Verdict.REFUSE, ErrorCode.NOT_ADMITTED,
                              f"{command} refused: unknown mode {mode!r}")
     row = MATRIX.get(command)

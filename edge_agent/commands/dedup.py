@@ -21,8 +21,12 @@ from typing import Any, Protocol
 from edge_agent.commands.codes import Reply
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
+from edge_agent.store.atomic import read_capped
 
 _log = get_logger(__name__)
+# The log holds at most 2 x the window + 64 lines, one command's reply each (`status` and jogs
+# are not kept); a file past this is unreadable (a warning, an empty window), not held.
+DEDUP_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,7 @@ class JsonFileDedupStore:
 
     def load(self) -> list[DedupEntry]:
         try:
-            with open(os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW), encoding="utf-8") as f:
-                text = f.read()
+            text = read_capped(self.path, DEDUP_MAX_BYTES, nofollow=True).decode("utf-8")
         except FileNotFoundError:
             return []
         except (OSError, ValueError) as exc:

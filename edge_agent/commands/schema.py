@@ -20,7 +20,7 @@ from edge_agent.vocab import ErrorCode
 
 COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",
-    "manual.exit", "status", "model.update", "failure.inject",
+    "manual.exit", "status", "model.update", "failure.inject", "journal.label",
 )
 ENVELOPE = frozenset({"v", "id", "expires_at", "ts"})
 JOG_TTL_MAX_MS = 200
@@ -323,6 +323,18 @@ def _failure_inject(a: dict[str, Any]) -> dict[str, Any]:
     })
 
 
+def _journal_label(a: dict[str, Any]) -> dict[str, Any]:
+    # bounds as store/labels.py's (the label file checks them again, and the task id)
+    _keys(a, frozenset({"task_id", "verdict", "note", "step"}), "")
+    return _drop_none({
+        "task_id": _string(a, "task_id", "", required=True, max_len=128),
+        "verdict": _string(a, "verdict", "", required=True,
+                           choices=("correct", "wrong", "needs_work")),
+        "note": _string(a, "note", "", max_len=280),
+        "step": _number(a, "step", "", lo=0, hi=2**31, integer=True),
+    })
+
+
 VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "task.start": _task_start,
     "task.cancel": _task_cancel,
@@ -335,5 +347,6 @@ VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "status": _no_args,
     "model.update": _model_update,
     "failure.inject": _failure_inject,
+    "journal.label": _journal_label,
 }
 assert set(VALIDATORS) == set(COMMANDS)

@@ -3,7 +3,8 @@
 The worker is a plain thread rather than an asyncio task: command handling then does not depend
 on the daemon's event loop being alive (or started yet), the bridge can be tested on its own, and
 `CommandAPI` is thread-safe anyway. Priority items (e-stops) go to the front and are never dropped;
-anything else that finds the inbox full is refused, counted and logged.
+anything else that finds the inbox full — `maxsize` items, or `max_bytes` of payloads queued (a
+packet may be 256 KiB: 256 of them would hold 64 MiB) — is refused, counted and logged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from edge_agent.commands.freshness import Epoch
 from edge_agent.log import get_logger
 
 _log = get_logger(__name__)
+MAX_QUEUED_BYTES = 16 << 20  # commands are ~1 KB: only oversized ones (refused anyway) add up
 
 
 @dataclass(frozen=True)
@@ -37,11 +39,13 @@ class CommandInbox:
     """Bounded FIFO with a priority lane, and the worker thread that drains it."""
 
     def __init__(self, process: Callable[[InboundCommand], None], *, maxsize: int,
-                 name: str = "mqtt-commands") -> None:
+                 max_bytes: int = MAX_QUEUED_BYTES, name: str = "mqtt-commands") -> None:
         if maxsize < 1:
             raise ValueError(f"inbox size must be >= 1, got {maxsize}")
         self._process = process
         self._maxsize = maxsize
+        self._max_bytes = max_bytes
+        self._bytes = 0  # payload bytes queued
         self._name = name
         self._items: deque[InboundCommand] = deque()
         self._cond = threading.Condition()
@@ -63,7 +67,8 @@ class CommandInbox:
         with self._cond:
             if self._stopping:
                 return False
-            full = not item.priority and len(self._items) >= self._maxsize
+            full = not item.priority and (len(self._items) >= self._maxsize or
+                                          self._bytes + len(item.payload) > self._max_bytes)
             if full:
                 self.overflow += 1
                 count = self.overflow
@@ -72,6 +77,7 @@ class CommandInbox:
                     self._items.appendleft(item)
                 else:
                     self._items.append(item)
+                self._bytes += len(item.payload)
                 self._cond.notify()
                 return True
         if count == 1 or count % 100 == 0:
@@ -93,6 +99,7 @@ class CommandInbox:
             self._stopping = True
             dropped = len(self._items)
             self._items.clear()
+            self._bytes = 0
             self._cond.notify_all()
             thread = self._thread
         if dropped:
@@ -108,6 +115,7 @@ class CommandInbox:
                 if self._stopping:
                     return
                 item = self._items.popleft()
+                self._bytes -= len(item.payload)
                 self._busy = True
             try:
                 self._process(item)

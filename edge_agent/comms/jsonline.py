@@ -14,7 +14,11 @@ from typing import Any
 
 from edge_agent.errors import EdgeAgentError
 
-__all__ = ["CommandTimeout", "CommandTransportError", "json_line_request"]
+__all__ = ["MAX_REPLY_BYTES", "CommandTimeout", "CommandTransportError", "json_line_request"]
+
+# The longest reply line read: a `status` is ~10 KB; a peer streaming a line without end (a rig,
+# anything bound at the socket's path) is cut here rather than held.
+MAX_REPLY_BYTES = 1024 * 1024
 
 
 class CommandTimeout(EdgeAgentError):
@@ -36,7 +40,7 @@ def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], tim
         try:
             sock.sendall(json.dumps(request).encode("utf-8") + b"\n")
             with sock.makefile("rb") as reader:
-                line = reader.readline()
+                line = reader.readline(MAX_REPLY_BYTES + 1)
         except TimeoutError:
             raise CommandTimeout(f"no reply to {what} within {timeout:g} s") from None
         except OSError as exc:
@@ -45,6 +49,9 @@ def json_line_request(path: str | os.PathLike[str], request: dict[str, Any], tim
         sock.close()
     if not line:
         raise CommandTransportError(f"control socket {path} closed without a reply")
+    if len(line) > MAX_REPLY_BYTES:
+        raise CommandTransportError(f"control socket {path}: reply over {MAX_REPLY_BYTES} "
+                                    "bytes, not read")
     try:
         reply = json.loads(line)
     except ValueError as exc:

@@ -42,6 +42,7 @@ from edge_agent.commands.api import CommandAPI
 from edge_agent.commands.codes import Reply
 from edge_agent.commands.schema import recover_id
 from edge_agent.comms.inbox import CommandInbox, InboundCommand
+from edge_agent.comms.mqtt_bounded import BoundedClient, connect_kwargs
 from edge_agent.comms.mqtt_common import (
     Topics,
     check_topic_level,
@@ -96,7 +97,8 @@ class MqttBridge:
         self._inbox = CommandInbox(self._process, maxsize=st.inbox_size)
         self._client = make_client(st.device_id, protocol=st.protocol,
                                    username=st.username or st.device_id,
-                                   password=st.password, tls=st.tls, clean_session=True)
+                                   password=st.password, tls=st.tls, clean_session=True,
+                                   cls=BoundedClient)
         self._client.max_queued_messages_set(st.max_queued)
         self._client.enable_logger()  # paho's own debug lines (never the password) via logging
         self._jitter_reconnect()
@@ -119,9 +121,7 @@ class MqttBridge:
                 return
             self._started = True
         self._inbox.start()
-        kwargs: dict[str, Any] = {}
-        if self._v5:  # clean on every (re)connect; no SessionExpiryInterval: the session ends
-            kwargs["clean_start"] = True  # with the connection, nothing is queued for us
+        kwargs = connect_kwargs(self._v5)  # v5: clean start + Maximum Packet Size
         st = self.settings
         _log.info("mqtt_connecting", host=st.host, port=st.port, client_id=self.device_id,
                   protocol="5" if self._v5 else "3.1.1", prefix=self.topics.prefix,

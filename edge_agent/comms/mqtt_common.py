@@ -166,13 +166,15 @@ def protocol_number(protocol: str | int) -> int:
 
 def make_client(client_id: str, *, protocol: str | int, username: str | None,
                 password: str | None, tls: TlsOptions | None,
-                clean_session: bool | None = None) -> paho.Client:
-    """A paho 2.x client (callback API v2) with credentials and TLS applied."""
+                clean_session: bool | None = None,
+                cls: type[paho.Client] = paho.Client) -> paho.Client:
+    """A paho 2.x client (callback API v2) with credentials and TLS applied; `cls`: the
+    daemon's `mqtt_bounded.BoundedClient`."""
     number = protocol_number(protocol)
     kwargs: dict[str, Any] = {}
     if number != paho.MQTTv5:
         kwargs["clean_session"] = True if clean_session is None else clean_session
-    client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
+    client = cls(CallbackAPIVersion.VERSION2, client_id=client_id,
                          protocol=MQTTProtocolVersion(number), **kwargs)
     if username is not None:
         client.username_pw_set(username, password)

@@ -295,11 +295,15 @@ class ReportsSection:
 
 @dataclass(frozen=True, slots=True)
 class JournalSection:
-    """[journal]: the append-only decision journal."""
+    """[journal]: the append-only decision journal, the tasks' episode records and labels."""
 
     enabled: bool = opt("bool", True)
     segment_bytes: int = opt("int", 4 << 20, lo=64 << 10, hi=1 << 30)
     max_segments: int = opt("int", 16, lo=2, hi=10_000)
+    # the drift report (daemon/drift.py): filed every period through the report outbox, this
+    # period's action distribution per executor state against the last one's (KL, nats)
+    drift_period_s: float = opt("float", 604800.0, lo=1.0, hi=366 * 86400.0)
+    drift_threshold: float = opt("float", 0.15, lo=0.0, lo_open=True, hi=100.0)
 
 
 @dataclass(frozen=True, slots=True)

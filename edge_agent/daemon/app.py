@@ -8,8 +8,8 @@ background; `--eager` does it before READY for comparison. The `ready` event's `
 says when each step ended (ms since exec).
 
 Each part is built here with only what it uses (control.py, stops.py, handlers.py, comms_hub.py,
-policy_loader.py, reporting.py, startup_work.py, health_sources.py) and registered with the
-supervisor (`threads`) as it starts: `stop()` stops them in `STOP_ORDER`.
+policy_loader.py, reporting.py, startup_work.py, health_sources.py, episodes.py) and registered
+with the supervisor (`threads`) as it starts: `stop()` stops them in `STOP_ORDER`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from edge_agent.config import Config
 from edge_agent.daemon import persist
 from edge_agent.daemon.comms_hub import CommsHub
 from edge_agent.daemon.control import ControlPath, ControlSettings, executor_config
+from edge_agent.daemon.episodes import Episodes
 from edge_agent.daemon.handlers import CommandHandlers
 from edge_agent.daemon.health_sources import daemon_health
 from edge_agent.daemon.heap import HeapKeeper
@@ -53,7 +54,6 @@ from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_spawn import Spawned, spec_from_config
 from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
-from edge_agent.store.decisions import DecisionJournal, journal_dir
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
 
@@ -101,12 +101,10 @@ class Daemon:
             reset_min_interval_s=cfg.executor.reset_min_interval_s,
             failure_injection=cfg.debug.failure_injection, clock=self.clock,
             freshness=self.freshness)
-        # Every policy decision is journaled (own writer thread, bounded segments); storage_low
-        # sheds it, a full disk turns it off with an event — only a failed *snapshot* stops.
-        self.decisions = (DecisionJournal(
-            journal_dir(self.state_dir), segment_bytes=cfg.journal.segment_bytes,
-            max_segments=cfg.journal.max_segments, on_event=self.comms.event)
-            if cfg.journal.enabled else None)
+        # the decision journal (storage_low sheds it), each task's episode record, journal.label
+        # (daemon/episodes.py)
+        self.episodes = Episodes(cfg, self.comms, self.boot_id)
+        self.decisions = self.episodes.decisions
         self.executor = Executor(cfg.robot, self.latch, config=executor_config(cfg),
                                  decision_sink=self._journal_decision)
         self.control = ControlPath(ControlSettings.from_config(cfg), self.executor,
@@ -118,6 +116,7 @@ class Daemon:
         self.policy = PolicyLoader(cfg, self.executor, self.control.executor_lock,
                                    self.decisions, self.control.events, self.comms.event,
                                    sim_gpu=sim and cfg.sim.gpu)
+        self.episodes.attach(self.control, self.policy.status, self.api)
         # stop and L3 repair reports (daemon/reporting.py)
         self.reports = DaemonReports(cfg, boot_id=self.boot_id, control=self.control,
                                      decisions=self.decisions, model_status=self.policy.status,
@@ -137,6 +136,7 @@ class Daemon:
 
     def _journal_decision(self, decision: dict[str, Any]) -> None:
         if self.decisions is not None and not self.policy.router_journals:
+            decision["backend"] = "rule"  # the executor's own rule-based expert decided
             self.decisions.record(decision)  # never blocks, never raises
 
     def mode(self) -> str:

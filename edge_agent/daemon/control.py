@@ -45,6 +45,7 @@ from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.store.episodes import EpisodeMark
 
 # executor events after which the snapshot is saved at once (task and mode changes)
 PERSISTED_EVENTS = frozenset({"task_done", "attempt_failed", "diagnostic", "task_started",
@@ -108,6 +109,9 @@ class ControlPath:
         self.send_errors = 0
         # executor events, published by the main thread's housekeeping (not the control thread)
         self.events: deque[dict[str, Any]] = deque(maxlen=10_000)
+        # the running task, for the decision journal (daemon/episodes.py): kept here, on the
+        # thread that drains the executor's events, so the first decision already carries it
+        self.episode: EpisodeMark | None = None
         self._ticked = threading.Condition()  # a tick ran: what `wait_until` waits on
 
     def tick(self, now: float, index: int) -> None:
@@ -120,9 +124,9 @@ class ControlPath:
             latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
             events = self.executor.drain_events()
+            if events:
+                self._take(events)
         self.watch.commanded(cmd.moves, now)
-        if events:
-            self.events.extend(events)
         with self._ticked:
             self._ticked.notify_all()
         # the next deadline: on the loop's schedule (lock-step time has no lateness)
@@ -149,7 +153,19 @@ class ControlPath:
             res = fn(self.clock.now())
             if res.ok and enable:
                 self.enable_drives()
+            events = self.executor.drain_events()  # a task started: the mark before the tick
+            if events:
+                self._take(events)
         return res
+
+    def _take(self, events: list[dict[str, Any]]) -> None:
+        """Executor events (lock held): the episode mark follows them; the main thread
+        publishes them."""
+        mark = self.episode
+        if mark is not None:
+            for ev in events:
+                mark.follow(ev)
+        self.events.extend(events)
 
     def guardian_ready(self) -> bool:
         """A guardian being (re)started is GUARDIAN_LOST's business, not the deadman's."""

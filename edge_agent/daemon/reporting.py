@@ -5,7 +5,8 @@ and protective stop cause, with the sensor window before it) and the executor's
 `on_fault_record` (each L3 diagnosis). Both run on the thread that saw the fault and only
 capture a record and enqueue it; the report is built, persisted, plotted (in a subprocess) and
 delivered on the outbox thread (reports/outbox.py). A degradation mode change (the health
-monitor, issue #18) comes in the same way: `submit(ModeRecord(...))`.
+monitor, issue #18) comes in the same way: `submit(ModeRecord(...))`. The periodic drift report
+(daemon/drift.py, its own thread) files into the same outbox.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.daemon.drift import DriftReports
 from edge_agent.executor.latch import LatchState
 from edge_agent.executor.monitor import window_of
 from edge_agent.log import get_logger
@@ -69,6 +71,9 @@ class DaemonReports:
                              secrets=secrets, on_event=publish_event,
                              plot_repeat_s=r.merge_window_s)
         self._sample_hz = control.executor.cfg.diagnostic_sample_hz
+        # the periodic drift report (daemon/drift.py): counts the journal's decisions
+        self.drift = (DriftReports(cfg, decisions, self.outbox.submit, self._origin)
+                      if decisions is not None else None)
 
     def subscribe(self) -> None:
         """Listen to the latch and the executor's fault records (after the daemon's own
@@ -78,12 +83,19 @@ class DaemonReports:
 
     def start(self) -> None:
         self.outbox.start()
+        if self.drift is not None:
+            self.drift.start()
 
     def stop(self) -> None:
+        if self.drift is not None:
+            self.drift.stop()
         self.outbox.stop()
 
     def status(self) -> dict[str, Any]:
-        return self.outbox.status()
+        st = self.outbox.status()
+        if self.drift is not None:
+            st["drift"] = self.drift.status()
+        return st
 
     def submit(self, record: FaultRecord) -> bool:
         """Any record (a mode change too): built and delivered on the outbox thread."""
@@ -128,7 +140,9 @@ class DaemonReports:
         j = self._decisions_journal
         if j is None:
             return []
-        return [{"t_s": round(x.t, 4), "state": x.state, "action": x.action,
+        # task_id and step: what a person gives `journal.label` to label one of them
+        return [{"t_s": round(x.t, 4), "task_id": x.task_id, "step": x.step,
+                 "state": x.state, "action": x.action,
                  "backend": x.backend, "outcome": x.outcome, "accepted": x.accepted,
                  "latency_ms": round(x.latency_ms, 3) if math.isfinite(x.latency_ms) else None}
                 for x in j.recent(DECISIONS_IN_REPORT)]

@@ -89,7 +89,13 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
                              password=m.password.reveal() if m.password else None)
     except (OSError, ssl.SSLError, ValueError) as exc:
         return [error("broker", f"TLS set-up: {exc}", "check mqtt.tls.* files (PEM)")]
-    client.on_connect = lambda c, u, f, rc, p: events.put(("connect", rc))
+    connack: dict[str, Any] = {}
+
+    def on_connect(c: Any, u: Any, f: Any, rc: Any, props: Any) -> None:
+        connack["props"] = props
+        events.put(("connect", rc))
+
+    client.on_connect = on_connect
     client.on_subscribe = lambda c, u, mid, codes, p: events.put(("subscribe", codes))
     client.on_publish = lambda c, u, mid, rc, p: events.put(("publish", rc))
     client.on_disconnect = lambda c, u, f, rc, p: events.put(("disconnect", rc))
@@ -149,10 +155,60 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
                                           "acknowledges denied publishes too: not proven",
                             "use mqtt.protocol = \"5\" (or read the broker log for "
                             "'Denied PUBLISH')"))
+        # last: a broker with max_packet_size answers the oversized probe by disconnecting
+        out.append(_size_limit(client, events, probe, v5, connack.get("props"), timeout))
         return out
     finally:
         client.disconnect()
         client.loop_stop()
+
+
+SIZE_FIX = ("refuse large packets at the broker: `max_packet_size 262144` (as "
+            "docs/mosquitto/mosquitto.conf), then reload it")
+
+
+def _size_limit(client: Any, events: queue.Queue[tuple[str, Any]], topic: str, v5: bool,
+                props: Any, timeout: float) -> Finding:
+    """Whether the broker refuses a publish over what the daemon reads (docs/INSTALL.md)."""
+    from paho.mqtt.packettypes import PacketTypes
+
+    from edge_agent.comms.mqtt_bounded import MAX_PACKET_BYTES
+    from edge_agent.comms.mqtt_common import mqtt_properties
+
+    advertised = getattr(props, "MaximumPacketSize", None) if v5 else None
+    if isinstance(advertised, int) and advertised <= MAX_PACKET_BYTES:
+        return ok("broker_size", f"the broker takes no packet over {advertised} bytes "
+                                 "(max_packet_size, in its CONNACK)")
+    body = json.dumps({"v": 1, "id": uuid.uuid4().hex, "doctor": "size probe",
+                       "pad": " " * MAX_PACKET_BYTES})
+    size = len(body)
+    pub_props = None
+    if v5:
+        pub_props = mqtt_properties(PacketTypes.PUBLISH)
+        pub_props.MessageExpiryInterval = 5
+    client.publish(topic, body, qos=1, properties=pub_props)
+    end = time.monotonic() + timeout
+    while (left := end - time.monotonic()) > 0:
+        try:
+            what, rc = events.get(timeout=left)
+        except queue.Empty:
+            break
+        if what == "disconnect":
+            return ok("broker_size", f"the broker refuses a {size}-byte publish (it "
+                                     "disconnected the sender)")
+        if what != "publish":
+            continue
+        if _failed(rc):
+            return ok("broker_size", f"the broker refuses a {size}-byte publish ({rc})")
+        if v5:
+            return warn("broker_size", f"the broker accepted a {size}-byte publish: the daemon "
+                                       "never reads one (its CONNECT says so), but a command that "
+                                       "large is dropped without a reply", SIZE_FIX)
+        return warn("broker_size", f"the broker acknowledged a {size}-byte publish (MQTT 3.1.1 "
+                                   "acknowledges refused ones too: not proven); without a limit "
+                                   "a publish that large on a command topic makes the daemon "
+                                   "drop its connection and reconnect", SIZE_FIX)
+    return warn("broker_size", f"no answer to a {size}-byte publish", SIZE_FIX)
 
 
 def _daemon_session(cfg: Config) -> Finding | None:

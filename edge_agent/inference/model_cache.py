@@ -38,10 +38,11 @@ from edge_agent.inference.model_card import (
 )
 from edge_agent.inference.model_signing import verify_card
 from edge_agent.log import get_logger
-from edge_agent.store.atomic import write_atomic
+from edge_agent.store.atomic import read_capped, write_atomic
 
 log = get_logger(__name__)
 POINTER = "active.json"
+POINTER_MAX_BYTES = 64 << 10  # three sha256 names; a longer pointer is corrupt, not read
 STATUS_REVERIFY_S = 60.0  # `current_for_status` hashes the model again at least this often
 
 
@@ -74,7 +75,7 @@ class ModelCache:
     # -- reading --------------------------------------------------------------------------
     def pointer(self) -> dict[str, str | None]:
         try:
-            data = json.loads((self.dir / POINTER).read_text(encoding="utf-8"))
+            data = json.loads(read_capped(self.dir / POINTER, POINTER_MAX_BYTES))
         except FileNotFoundError:
             return {"current": None, "previous": None, "seeded": None}
         except (OSError, ValueError) as e:

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.errors import EdgeAgentError
+from edge_agent.store.atomic import read_capped
 
+CARD_MAX_BYTES = 1 << 20  # a card is ~1 KB (names, shapes, units); a longer file is refused unread
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _ORT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64",
                "tensor(float16)": "float16", "tensor(int64)": "int64", "tensor(int32)": "int32"}
@@ -103,7 +105,7 @@ class ModelCard:
     @classmethod
     def load(cls, path: Path) -> ModelCard:
         try:
-            return cls.parse(json.loads(path.read_text(encoding="utf-8")))
+            return cls.parse(json.loads(read_capped(path, CARD_MAX_BYTES)))
         except (OSError, ValueError) as e:
             raise ModelError(f"model card {path}: {e}") from e
 

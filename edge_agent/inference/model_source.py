@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for
+from edge_agent.inference.model_card import CARD_MAX_BYTES, ModelCard, ModelError, card_path_for
 
 CHUNK = 1 << 20
-MAX_CARD_BYTES = 1 << 20
+MAX_CARD_BYTES = CARD_MAX_BYTES
 
 
 class SourceRefused(ValueError):

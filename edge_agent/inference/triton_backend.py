@@ -47,9 +47,13 @@ class TritonHealth:
     model_ready: bool
     latency_s: float | None  # the probe inference's round trip; None when not run
     error: str | None
+# The longest reply read: a policy's scores are bytes (tritonclient would allow 2 GiB, gRPC's
+# own default is 4 MiB); a larger reply fails the request (RESOURCE_EXHAUSTED) unread.
+MAX_REPLY_BYTES = 1024 * 1024
 _CHANNEL_ARGS = [
     ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000), ("grpc.enable_http_proxy", 0),
+    ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
 ]
 
 

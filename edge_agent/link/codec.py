@@ -285,3 +285,7 @@ class SeqCounter:
         s = self._next
         self._next = (s + 1) & 0xFFFF
         return s
+
+    def peek(self) -> int:
+        """The number `next()` returns next, not taken (a frame encoded before it is sent)."""
+        return self._next

@@ -10,6 +10,9 @@ fd N. One select() loop over the tty, the socket, a signal pipe and the rules' n
 - daemon → tty: each frame goes through `GuardianRules.on_daemon`; what passes is re-encoded with
   the guardian's own sequence numbers, so the tty carries one gap-free sequence however the
   guardian's own STOP and HOLD frames are interleaved (`STATUS.last_cmd_seq` counts in it);
+  motion is judged again on a fresh clock just before and just after its write
+  (`before_write`/`after_write`): this process frozen between the decision and the write is a
+  deadman trip, never a stale setpoint at the robot;
 - G_STATE to the daemon carries the sequence number of the last relayed firmware frame, so the
   daemon's decoder sees it as a repeat (`duplicates`), never as a gap in the firmware's stream.
 The guardian sends HELLO each time it opens the port (the daemon's own HELLO, when it sent one,
@@ -49,6 +52,7 @@ from edge_agent.link.codec import (
     StopReason,
     encode,
 )
+from edge_agent.link.guardian_actions import is_motion
 from edge_agent.link.guardian_rules import Actions, GuardianRules, Limits
 from edge_agent.link.serial_link import LinkConfig, SerialLink
 from edge_agent.robot import load_robot
@@ -244,9 +248,27 @@ class Guardian:
 
     def _write_tty(self, msg: Message, now: float) -> None:
         urgent = isinstance(msg, Stop)
-        self.link.write(encode(msg, self.tty_seq.next()), now, urgent=urgent)
+        motion = is_motion(msg)
+        data = encode(msg, self.tty_seq.peek())  # before the check: nothing slow after it
+        if motion:
+            # `now` was read before the rules let it through: a SIGSTOP, a swap storm or a
+            # debugger may have frozen us since, while the firmware's deadman tripped and the
+            # daemon latched. The rules judge the motion again on a fresh clock, and again after
+            # the write for a freeze that falls between the two.
+            t = time.monotonic()
+            refused = self.rules.before_write(msg, t)
+            if refused is not None:
+                self._apply(refused, t)
+                return
+        self.tty_seq.next()
+        self.link.write(data, now, urgent=urgent)
         if urgent:  # `now` is when select() returned: this is the guardian's own share
             self.stop_reaction_s.append(time.monotonic() - now)
+        elif motion:
+            t = time.monotonic()
+            stale = self.rules.after_write(msg, t)
+            if stale is not None:
+                self._apply(stale, t)
 
     def _to_daemon(self, data: bytes) -> None:
         self.out += data

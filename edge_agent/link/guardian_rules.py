@@ -34,13 +34,13 @@ through `GuardianRules`; it never reads a clock or touches a file. The rules (do
   STOP or immediate COMMAND from the daemon, or the daemon's loss drops it — a frame computed
   before a stop never goes out after it. One already due goes out at once; one due further
   ahead than the deadman time is refused (counted in `timed_rejected`).
+- This process's own stalls (docs/PROTOCOL.md §4): a gap in its own time while the robot moved,
+  and motion decided before a stall but written after it, are deadman trips (guardian_stall.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from enum import IntFlag
 
 from edge_agent.link.codec import (
     Command,
@@ -61,42 +61,17 @@ from edge_agent.link.codec import (
     StopCategory,
     StopReason,
 )
+from edge_agent.link.guardian_actions import Actions, GuardianFlag, is_motion
+from edge_agent.link.guardian_stall import OwnTime
+from edge_agent.link.guardian_timed import LATE_RELEASE_S, TimedSlot
 from edge_agent.link.limits import Limits
 
 __all__ = ["LATE_RELEASE_S", "Actions", "GuardianFlag", "GuardianRules", "Limits"]
 
 
-class GuardianFlag(IntFlag):
-    """Bits of `G_STATE.flags`."""
-
-    REALTIME = 1 << 0  # the guardian runs with SCHED_FIFO
-    SESSION_OPEN = 1 << 1  # the firmware accepted our HELLO
-    VERSION_MISMATCH = 1 << 2  # the firmware refused our HELLO (another protocol version)
-    NEED_ENABLE = 1 << 3  # the latch was cleared; motion waits for a new ENABLE(1)
-    DAEMON_LOST = 1 << 4  # the daemon's end of the socketpair closed
-
-
-# A G_AT deadline is in whole µs: a tick this close to it releases the frame (lock-step time
-# reaches a deadline as a sum of float periods, a hair short of it).
-_DUE_SLACK_S = 2e-6
-LATE_RELEASE_S = 0.0005  # a timed frame released this long after its deadline counts as late
-
 _ESTOP_REASONS = frozenset({StopReason.ESTOP_INPUT, StopReason.ESTOP_REMOTE})
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 _DEADMAN_BIT = int(StatusFlag.DEADMAN_TRIPPED)
-
-
-@dataclass(slots=True)
-class Actions:
-    """What to do after one input: frames for the tty (in order, first is most urgent), for the
-    daemon. Firmware frames themselves are always relayed to the daemon by the caller."""
-
-    tty: list[Message] = field(default_factory=list)
-    daemon: list[GState] = field(default_factory=list)
-
-    def extend(self, other: Actions) -> None:
-        self.tty += other.tty
-        self.daemon += other.daemon
 
 
 class GuardianRules:
@@ -131,18 +106,21 @@ class GuardianRules:
         self._next_hold_at = math.inf
         self._next_state_at = now
         self._sent_key: tuple[object, ...] | None = None  # what the last G_STATE said
-        self._timed: tuple[float, Command] | None = None  # a G_AT frame waiting for its time
-        self.max_release_late_s = 0.0  # the latest a timed frame went out after its deadline
+        self._own = OwnTime(now)  # this process's own stalls (guardian_stall.py)
         self.counters = {"stops_sent": 0, "dropped_motion": 0, "dropped_enable": 0,
                          "clamped": 0, "rejected": 0, "resets": 0, "resets_refused": 0,
                          "holds_sent": 0, "deadman_trips": 0,
                          "fw_deadman_reports": 0, "timed_released": 0, "timed_late": 0,
-                         "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0}
+                         "timed_arrived_late": 0, "timed_dropped": 0, "timed_rejected": 0,
+                         "stalls": 0, "stale_dropped": 0, "stale_written": 0}
+        self._timed = TimedSlot(self.counters)  # a G_AT frame waiting for its time
 
     # -- inputs ----------------------------------------------------------------------------
     def on_tty(self, msg: Message, now: float) -> Actions:
         """A frame from the firmware (it is relayed to the daemon by the caller)."""
         acts = Actions()
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
         if isinstance(msg, Status):  # 1 kHz: the common case must stay cheap
             flags = int(msg.flags)
             pressed = bool(flags & _ESTOP_BIT)
@@ -170,6 +148,8 @@ class GuardianRules:
     def on_daemon(self, msg: Message, now: float) -> Actions:
         """A frame from the daemon; what may reach the tty goes into `tty`."""
         acts = Actions()
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
         if isinstance(msg, GAt):
             self._on_timed(msg, now, acts)
         elif isinstance(msg, Command):
@@ -184,6 +164,8 @@ class GuardianRules:
                 self._fw_held = False
                 self._trip_deadman()
             self._moving = msg.moves
+            if msg.moves:
+                self._own.moved_at = now
             self._last_cmd_at = now
             self.deadman_hold = False
             self._next_hold_at = math.inf
@@ -225,7 +207,9 @@ class GuardianRules:
     def on_tick(self, now: float) -> Actions:
         """Timers: a timed command's deadline, the deadman, the hold stream, the G_STATE."""
         acts = Actions()
-        if self._timed is not None and now >= self._timed[0] - _DUE_SLACK_S:
+        if self._own.woke(now, self.deadman_s):
+            self._stalled(now, "stalls")
+        if self._timed.due(now):
             self._release(now, acts)
         self._deadman_due(now)
         if self.deadman_hold and now >= self._next_hold_at:
@@ -261,6 +245,34 @@ class GuardianRules:
         self._next_hold_at = now
         return self.on_tick(now)
 
+    def before_write(self, msg: Message, now: float) -> Actions | None:
+        """`msg`, let through by the last input, is about to be written; `now` is the caller's
+        clock read just before the write. None: write it. Actions: do not — it is motion decided
+        longer ago than the stall bound (this process was frozen with it in hand, the firmware's
+        deadman tripped meanwhile); the deadman trips (`stale_dropped`)."""
+        if not is_motion(msg) or not self._own.stale(now, self.stall_bound_s):
+            return None
+        self._stalled(now, "stale_dropped")
+        return self._changed(Actions(), now)
+
+    def after_write(self, msg: Message, now: float) -> Actions | None:
+        """`msg` was written; `now` is the caller's clock read after the write. Motion decided
+        longer ago than the stall bound may have gone out stale (the stall fell after
+        `before_write`): STOP(CAT2, DEADMAN) to the tty at once, the deadman trips
+        (`stale_written`). None (the common case): nothing to do."""
+        if not is_motion(msg) or not self._own.stale(now, self.stall_bound_s):
+            return None
+        self.counters["stops_sent"] += 1
+        self._stalled(now, "stale_written")
+        return self._changed(Actions(tty=[Stop(StopCategory.CAT2, StopReason.DEADMAN)]), now)
+
+    @property
+    def stall_bound_s(self) -> float:
+        """The longest a decision to move may wait for its write: the deadman time, or the
+        firmware's (HELLO) when shorter — after it the firmware has tripped."""
+        fw = self.hello.deadman_ms / 1000
+        return min(self.deadman_s, fw) if fw > 0 else self.deadman_s
+
     def force_state(self) -> None:
         """Send G_STATE with the next actions (the previous one may have been lost)."""
         self._sent_key = None
@@ -288,8 +300,8 @@ class GuardianRules:
     def next_deadline(self) -> float:
         """When on_tick must run next (the caller may call it earlier)."""
         t = min(self._next_state_at, self._next_hold_at)
-        if self._timed is not None:
-            t = min(t, self._timed[0])
+        if (due := self._timed.next_deadline()) is not None:
+            t = min(t, due)
         if not self.deadman_hold and self._last_cmd_at is not None:
             t = min(t, self._last_cmd_at + self.deadman_s)
         return t
@@ -308,6 +320,13 @@ class GuardianRules:
             if self._moving:
                 self._trip_deadman()  # stale setpoints may follow: drop them
 
+    def _stalled(self, now: float, counter: str) -> None:
+        """This process stalled while the robot moved: the silence it saw is a deadman."""
+        self.counters[counter] += 1
+        self.deadman_hold = True
+        self._next_hold_at = now
+        self._trip_deadman()
+
     def _trip_deadman(self) -> None:
         self.counters["deadman_trips"] += 1
         self._latch(StopReason.DEADMAN)
@@ -320,37 +339,25 @@ class GuardianRules:
             self._fw_held = True
 
     def _on_timed(self, msg: GAt, now: float, acts: Actions) -> None:
-        if self._timed is not None:
+        if self._timed.waiting is not None:
             # The daemon computes a frame only after the previous frame's deadline, so on its
             # clock the waiting one is due: out first, in order. (Ours may read a few µs behind
             # on another CPU of a VM.)
             self._release(now, acts)
-        due = msg.at_us / 1e6
-        if due - now > self.deadman_s + _DUE_SLACK_S:
-            # Further ahead than the deadman: the stream would have gone quiet by then (the
-            # daemon's period is at most half of it, config/checks.py) — a bad clock or a bug.
-            self.counters["timed_rejected"] += 1
-            return
-        self._timed = (due, msg.cmd)
-        if now >= self._timed[0] - _DUE_SLACK_S:  # arrived at or after its deadline
-            if now - self._timed[0] > LATE_RELEASE_S:
-                self.counters["timed_arrived_late"] += 1  # the daemon's lateness, not ours
-            self._release(now, acts)
+        if self._timed.admit(msg, now, self.deadman_s) and self._timed.due(now):
+            self._release(now, acts)  # arrived at or after its deadline
 
     def _release(self, now: float, acts: Actions) -> None:
-        assert self._timed is not None
-        (due, cmd), self._timed = self._timed, None
-        late = now - due
-        self.counters["timed_released"] += 1
-        if late > LATE_RELEASE_S:
-            self.counters["timed_late"] += 1
-        self.max_release_late_s = max(self.max_release_late_s, late)
+        cmd = self._timed.take(now)
         acts.extend(self.on_daemon(cmd, now))  # the COMMAND rules, as if it arrived now
 
     def _drop_timed(self) -> None:
-        if self._timed is not None:
-            self._timed = None
-            self.counters["timed_dropped"] += 1
+        self._timed.drop()
+
+    @property
+    def max_release_late_s(self) -> float:
+        """The latest a timed frame went out after its deadline."""
+        return self._timed.max_release_late_s
 
     def _latch(self, reason: StopReason) -> None:
         self._drop_timed()
@@ -379,6 +386,7 @@ class GuardianRules:
         key = (self.latched, self.estop_input, self.deadman_hold, self.link_up, self.cause,
                self.realtime, self.session_open, self.version_mismatch, self.need_enable,
                self.daemon_lost)
+        self._own.last_input = now
         if key != self._sent_key:
             acts.daemon.append(self.state)
             self._sent_key = key

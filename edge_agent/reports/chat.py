@@ -13,9 +13,11 @@ heading; the text is redacted (the webhook's own URL, the MQTT password) and at 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from edge_agent.reports.build import utc
+from edge_agent.reports.drift import plural
 from edge_agent.reports.markdown import cut_markdown, redact
 from edge_agent.reports.record import Report, ReportKind
 
@@ -48,13 +50,17 @@ def chat_summary(report: Report, merged: Sequence[Report] = (), *, report_topic:
         figures = {k: v for k, v in r.details.items()
                    if k not in ("mode", "reason") and v not in ("", None)}
         lines.append(f"**Figures:** {_one(', '.join(f'{k}={v}' for k, v in figures.items()))}")
+    if r.kind is ReportKind.DRIFT:  # this period against the last, in one line
+        lines.append(f"**Figures:** {_drift_figures(r)}")
     lines += ["", "**Done:**", *(f"> · {_one(m)}" for m in r.measures)]
     lines += ["", "**Check:**"]
     lines += ([f"> ({i}) {_one(c)}" for i, c in enumerate(r.checks, 1)] if r.checks
               else ["> Nothing to check."])
     lines += ["", f"**Recover:** {_one(r.recovery)}", "", where]
     if plot:
-        lines.append('<font color="comment">The sensor window follows as an image.</font>')
+        what = ("The action distribution per state" if r.kind is ReportKind.DRIFT
+                else "The sensor window")
+        lines.append(f'<font color="comment">{what} follows as an image.</font>')
     text = redact("\n".join(lines) + "\n", secrets)
     return cut_markdown(text, WECOM_MARKDOWN_MAX, redact(where, secrets))
 
@@ -70,6 +76,12 @@ def _cause(r: Report) -> str:
         what = r.fault.partition(":")[2] or "unknown"
         return (f'<font color="{_WARNING}">{_one(what)}</font>: {d.get("l3_count", "?")} failed '
                 "attempts in a row")
+    if r.kind is ReportKind.DRIFT:
+        verdict = str(d.get("verdict", "?"))
+        kl = d.get("kl")
+        return (f'<font color="{_WARNING if verdict == "drift" else _INFO}">{_one(verdict)}'
+                f"</font>: KL {'—' if kl is None else f'{kl:.3g}'} nats, threshold "
+                f"{d.get('threshold')}")
     colour, verb = (_WARNING, "entered") if r.kind is ReportKind.MODE_ENTERED else (_INFO, "left")
     return (f'<font color="{colour}">{_one(str(d.get("mode", "?")))} {verb}</font>: '
             f"{_one(str(d.get('reason', '')))}")
@@ -81,6 +93,22 @@ def _affected(r: Report) -> str:
     out = ", ".join(s.capabilities) + back if s.capabilities else ""
     task = (f"task {s.task_id}" + (f" in {s.state}" if s.state else "")) if s.task_id else ""
     return _one("; ".join(x for x in (out, task) if x))
+
+
+def _drift_figures(r: Report) -> str:
+    def part(p: Any) -> str:
+        if not isinstance(p, Mapping):
+            return "none (the first period)"
+        rate = p.get("success_rate")
+        lab = p.get("labels")
+        labels = ("labels not counted" if not isinstance(lab, Mapping) else "labels "
+                  + "/".join(str(lab.get(k, 0)) for k in ("correct", "wrong", "needs_work")))
+        return (f"{plural(p.get('decisions'), 'decision')}, "
+                f"{plural(p.get('episodes'), 'episode')}, success "
+                f"{'—' if rate is None else f'{100 * rate:.0f} %'}, L3 {p.get('l3')}, {labels}")
+
+    return _one(f"this period {part(r.details.get('this'))}; last {part(r.details.get('last'))}"
+                " (labels correct/wrong/needs_work)")
 
 
 def _merged_line(r: Report, merged: Sequence[Report]) -> str:

@@ -12,7 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.reports.build import utc
-from edge_agent.reports.record import Report
+from edge_agent.reports.md_table import cell as _cell
+from edge_agent.reports.md_table import one_line as _line
+from edge_agent.reports.md_table import table as _table
+from edge_agent.reports.record import Report, ReportKind
 
 REDACTED = "***"
 
@@ -38,6 +41,11 @@ def render_markdown(report: Report, *, max_rows: int = 20, plot_name: str | None
     if r.checks:
         lines += ["", "## What to check", ""] + [f"{i}. {_line(c)}"
                                                  for i, c in enumerate(r.checks, 1)]
+    if r.kind is ReportKind.DRIFT:  # its own figures; no sensor window, no decisions
+        from edge_agent.reports.drift import drift_markdown
+
+        lines += ["", *drift_markdown(r, plot_name)]
+        return redact("\n".join(lines) + "\n", secrets)
     if r.details:
         lines += ["", "## Details", "", *_table(("key", "value"), [
             (k, _value(v)) for k, v in r.details.items()])]
@@ -115,25 +123,12 @@ def _window(window: Mapping[str, Any] | None, max_rows: int, plot_name: str | No
 def _decisions(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     if not decisions:
         return ["No policy decisions were journaled before this report."]
-    cols = ("t_s", "state", "action", "backend", "latency_ms", "outcome", "accepted")
+    # task_id and step name a decision for `journal.label` / `edge-agent journal label`
+    cols = ("t_s", "task_id", "step", "state", "action", "backend", "latency_ms", "outcome",
+            "accepted")
     return _table(cols, [[_t(d.get(c)) if c == "t_s" else _num(d.get(c)) if c == "latency_ms"
                           else _value(d.get(c))
                           for c in cols] for d in decisions])
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    out = ["| " + " | ".join(_cell(h) for h in header) + " |",
-           "|" + "|".join("---" for _ in header) + "|"]
-    out += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
-    return out
-
-
-def _cell(v: Any) -> str:
-    return _line(str(v)).replace("|", "\\|")
-
-
-def _line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _num(v: Any) -> str:

@@ -32,13 +32,16 @@ from typing import Any, Protocol
 from edge_agent.log import get_logger
 from edge_agent.reports.markdown import redact, render_markdown
 from edge_agent.reports.plot import render_plot
-from edge_agent.reports.record import Report, is_report_id
+from edge_agent.reports.record import Report, ReportKind, is_report_id
 from edge_agent.store import json_pieces
-from edge_agent.store.atomic import remove_durably, write_atomic
+from edge_agent.store.atomic import read_capped, remove_durably, write_atomic
 from edge_agent.vocab import EventType
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
+# An entry is ~50 KB (the record with its raw sensor window, the Markdown); a file past this is
+# set aside as corrupt, not read: at most `max_entries` of them are held.
+ENTRY_MAX_BYTES = 4 << 20
 PENDING, DONE, MERGED = "pending", "done", "merged"
 
 
@@ -131,7 +134,8 @@ class Outbox:
         self.retry_min_s = retry_min_s
         self.retry_max_s = retry_max_s
         # a plot costs a process and ~1 s of CPU: a repeat of the same fault inside this many
-        # seconds goes without one (a fault storm must not become a plotting storm)
+        # seconds goes without one (a fault storm must not become a plotting storm); a drift
+        # report, filed once a period, always gets its plot
         self.plot_repeat_s = plot_repeat_s
         self._plotted: dict[str, float] = {}  # fault -> wall time of its last plot
         self.shed_plots = False  # storage_low (health/wiring.py): no new PNGs on a short disk
@@ -195,12 +199,12 @@ class Outbox:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         with contextlib.suppress(OSError, ValueError, TypeError):
-            self.dropped = int(json.loads((self.dir / STATE_NAME).read_text())["dropped"])
+            self.dropped = int(json.loads(read_capped(self.dir / STATE_NAME, 64 << 10))["dropped"])
         for path in sorted(self.dir.glob("*.json")):
             if not is_report_id(path.stem):
                 continue
             try:
-                entry = Entry.from_dict(json.loads(path.read_text(encoding="utf-8")))
+                entry = Entry.from_dict(json.loads(read_capped(path, ENTRY_MAX_BYTES)))
                 for s in self.sinks:  # a sink added since: deliver there too
                     entry.sinks.setdefault(s.name, {"state": PENDING, "attempts": 0})
                 self._entries[entry.id] = entry
@@ -235,14 +239,15 @@ class Outbox:
             except Exception:
                 _log.exception("report_build_failed")
                 continue
-            plot_name = (f"{report.id}.png" if self.plot and report.window and not
-                         self.shed_plots and not self._repeat(report) else None)
+            plot_name = (f"{report.id}.png" if self.plot and report.has_plot and not
+                         self.shed_plots and (report.kind is ReportKind.DRIFT
+                                              or not self._repeat(report)) else None)
             md = render_markdown(report, max_rows=self.max_rows, plot_name=plot_name,
                                  secrets=self._secrets)
             entry = Entry(report, md, {s.name: {"state": PENDING, "attempts": 0}
                                        for s in self.sinks},
                           plot=None if plot_name else "none: no sensor window"
-                          if report.window is None else "none: plots are off"
+                          if not report.has_plot else "none: plots are off"
                           if not self.plot else "none: shed (storage_low)"
                           if self.shed_plots else f"none: a repeat within {self.plot_repeat_s:g} s")
             self._make_room()
@@ -252,7 +257,7 @@ class Outbox:
                 self.built += 1
             _log.info("report_built", id=report.id, kind=report.kind.value, title=report.title)
 
-    def _repeat(self, report: Report) -> bool:
+    def _repeat(self, report: Report) -> bool:  # a drift report (one a period) is never one
         last = self._plotted.get(report.fault)
         if last is None or not 0.0 <= report.wall - last < self.plot_repeat_s:
             self._plotted[report.fault] = report.wall  # this one gets the plot

@@ -53,12 +53,18 @@ def render_plot(report_json: Path, out_png: Path, *, timeout_s: float = 60.0,
 
 
 def draw(report: dict[str, Any], out: Path) -> None:
-    """The plot itself (in the subprocess): joints, currents and the gripper over time."""
+    """The plot itself (in the subprocess): joints, currents and the gripper over time (a drift
+    report: its action distribution per state, reports/drift_plot.py)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if report.get("kind") == "drift":  # the drift report's action bars (reports/drift_plot.py)
+        from edge_agent.reports.drift_plot import draw_drift
+
+        draw_drift(report, out, plt, PLOT_DPI)
+        return
     window = report.get("window") or {}
     cols: list[str] = list(window.get("columns") or [])
     rows: list[list[float]] = list(window.get("rows") or [])

@@ -27,6 +27,7 @@ class ReportKind(StrEnum):
     DIAGNOSIS = "diagnosis"  # L3: too many failed attempts in a row
     MODE_ENTERED = "mode_entered"  # a degradation mode (fed by the health monitor, #18)
     MODE_LEFT = "mode_left"
+    DRIFT = "drift"  # the periodic policy drift report (issue #28; daemon/drift.py)
 
 
 def new_report_id(wall: float | None = None) -> str:
@@ -128,6 +129,11 @@ class Report:
     window: Mapping[str, Any] | None  # columns + raw rows, or None
     decisions: tuple[Mapping[str, Any], ...]  # the newest journal decisions, oldest first
     v: int = REPORT_VERSION
+
+    @property
+    def has_plot(self) -> bool:
+        """A plot is drawn for it: a sensor window, or the drift report's action bars."""
+        return bool(self.window) or self.kind is ReportKind.DRIFT
 
     def as_dict(self) -> dict[str, Any]:
         return {"v": self.v, "id": self.id, "kind": self.kind.value, "fault": self.fault,

@@ -11,6 +11,9 @@ receiver.
 Repeats of one fault inside `merge_window_s` go as one message with a count. TLS is verified,
 every request has connect and read timeouts, and the URL (its token) never reaches a log line or
 an error string: errors name the exception class and HTTP status only.
+An answer is read up to `ANSWER_MAX` bytes and no further: WeCom's is `{"errcode":0,"errmsg":"ok"}`;
+a longer one (a proxy's or a captive portal's page, a broken receiver streaming) fails the delivery
+with that reason and its connection is closed unread, so no peer decides how much the daemon holds.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from edge_agent.reports.outbox import Entry, Result
 
 WECOM_IMAGE_MAX = 2 * 1024 * 1024
 WECOM_RATE_LIMITED = 45009
+ANSWER_MAX = 4096  # bytes of an HTTP answer read at most (a receiver's JSON is ~30 bytes)
 FORMATS = ("wecom", "json")
 
 
@@ -196,12 +200,22 @@ class WebhookSink:
         try:
             resp = self._http.request(
                 "POST", self._url, body=data, timeout=self._timeout, redirect=False,
+                preload_content=False,
                 headers={"Content-Type": "application/json; charset=utf-8",
                          "Idempotency-Key": str(body["idempotency_key"])})
         except self._errors as exc:  # the message may hold the URL: the class name only
             return Result(False, f"webhook: {type(exc).__name__}")
         retry_after = parse_retry_after(resp.headers.get("Retry-After"), time.time())
-        errcode, errmsg = _errcode(resp.data)
+        try:
+            answer = _read_bounded(resp)
+        except self._errors as exc:
+            return Result(False, f"webhook: HTTP {resp.status}, answer unreadable: "
+                                 f"{type(exc).__name__}", retry_after)
+        if answer is None:
+            return Result(False, f"webhook: HTTP {resp.status} with an answer over {ANSWER_MAX} "
+                                 "bytes (not the receiver's: a proxy or captive portal?); "
+                                 "not read", retry_after)
+        errcode, errmsg = _errcode(answer)
         if resp.status == 429 or errcode == WECOM_RATE_LIMITED:
             return Result(False, f"webhook: rate limited (HTTP {resp.status}, errcode "
                                  f"{errcode})", retry_after)
@@ -212,6 +226,24 @@ class WebhookSink:
         if self.fmt == "wecom" and errcode is None:
             return Result(False, f"webhook: HTTP {resp.status} without an errcode", retry_after)
         return Result(True)
+
+
+def _read_bounded(resp: Any) -> bytes | None:
+    """The answer's body when it is at most ANSWER_MAX bytes, else None; the connection goes back
+    to the pool only when the body was read to its end (else it is closed with the rest unread)."""
+    data = bytearray()
+    try:
+        while len(data) <= ANSWER_MAX:
+            chunk = resp.read(ANSWER_MAX + 1 - len(data))
+            if not chunk:  # the end of the body
+                resp.release_conn()
+                return bytes(data)
+            data += chunk
+    except BaseException:
+        resp.close()
+        raise
+    resp.close()
+    return None
 
 
 def _errcode(data: bytes) -> tuple[int | None, str]:

@@ -53,3 +53,19 @@ def remove_durably(paths: list[Path]) -> None:
     for d in parents:
         with contextlib.suppress(OSError):
             fsync_dir(d)
+
+
+class FileTooLarge(ValueError):
+    """A state file is longer than anything the daemon writes there: refused, not read."""
+
+
+def read_capped(path: str | os.PathLike[str], max_bytes: int, *,
+                nofollow: bool = False) -> bytes:
+    """The file's bytes, reading at most `max_bytes` + 1 of them: FileTooLarge past the bound
+    (a ValueError, so callers treating a garbled file as corrupt treat this one the same)."""
+    flags = os.O_RDONLY | (os.O_NOFOLLOW if nofollow else 0)
+    with open(os.open(path, flags), "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLarge(f"{os.fspath(path)}: over {max_bytes} bytes, not read")
+    return data

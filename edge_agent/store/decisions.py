@@ -15,10 +15,19 @@ is bounded (`max_pending`; past it a record is dropped and counted) and so is th
 away from the daemon's snapshot writer, whose errors are protective stops: a full disk or an I/O
 error only turns the journal off, once, with a `journal_disabled` event — the robot keeps working.
 
-Record format 1 (little-endian; `observation` as f32 — training data, not control state)::
+Record formats (little-endian; `observation` as f32 — training data, not control state)::
 
-    ver:u8=1 flags:u8 n:u16 t:f64 wall:f64 latency_ms:f32 obs[n]:f32 state action backend outcome
+    1: ver:u8=1 flags:u8 n:u16 t:f64 wall:f64 latency_ms:f32 obs[n]:f32 state action backend
+       outcome
+    2: ver:u8=2 flags:u8 n:u16 t:f64 wall:f64 latency_ms:f32 step:u32 obs[n]:f32 state action
+       backend outcome task_id
     flags: bit0 `accepted` is known, bit1 its value; strings: len:u8 + UTF-8 ("" = none)
+
+A decision made while a task runs is written in format 2: its episode (the task id) and its step
+(0, 1, ... within the task), stamped by the journal's `episode` mark (store/episodes.py, kept by
+the control path from the executor's task events). Outside a task — and in journals written
+before episodes existed — it is format 1, and reads back with `task_id` and `step` None. Each
+task's end adds one episode record to its own journal beside this one (store/episodes.py).
 """
 
 from __future__ import annotations
@@ -33,17 +42,21 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from edge_agent.log import get_logger
+from edge_agent.store.drift_tally import DriftTally
+from edge_agent.store.episodes import EpisodeMark, encode_episode, episodes_journal
 from edge_agent.store.journal import Journal, JournalFull, RepairReport
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType
 
 log = get_logger(__name__)
 
-FORMAT = 1
+FORMAT = 1  # a decision outside any episode (and every record written before episodes)
+FORMAT_EPISODE = 2  # a decision with its task id and step
 JOURNAL_DIR = "journal"  # under the state dir
 JOURNAL_NAME = "decisions"
 MAX_OBS = 1024
 _HEAD = struct.Struct("<BBHddf")
+_HEAD2 = struct.Struct("<BBHddfI")
 _OBS: dict[int, struct.Struct] = {}
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -60,6 +73,8 @@ class Decision(NamedTuple):
     outcome: str | None
     state: str | None
     accepted: bool | None  # None when not given
+    task_id: str | None = None  # the episode; None outside a task and in format-1 records
+    step: int | None = None  # the decision's index within its episode
 
 
 def journal_dir(state_dir: str | Path) -> Path:
@@ -80,9 +95,11 @@ def _text(v: Any) -> bytes:
     return bytes((len(b),)) + b
 
 
-def encode_decision(d: Mapping[str, Any], wall: float | None = None) -> bytes:
+def encode_decision(d: Mapping[str, Any], wall: float | None = None,
+                    task_id: str | None = None, step: int = 0) -> bytes:
     """Pack one decision (keys: t|mono, observation, action, backend, latency_ms|latency_s,
-    outcome, state?, accepted?). Raises ValueError/TypeError on a malformed one."""
+    outcome, state?, accepted?); format 2 with `task_id` and `step` when a task id is given.
+    Raises ValueError/TypeError on a malformed one."""
     t = float(d.get("t", d.get("mono", math.nan)))
     lat = d.get("latency_ms")
     if lat is None and d.get("latency_s") is not None:
@@ -93,23 +110,35 @@ def encode_decision(d: Mapping[str, Any], wall: float | None = None) -> bytes:
         raise ValueError(f"observation of {n} values > {MAX_OBS}")
     acc = d.get("accepted")
     flags = 0 if acc is None else (1 | (2 if acc else 0))
-    head = _HEAD.pack(FORMAT, flags, n, t, time.time() if wall is None else wall,
-                      math.nan if lat is None else float(lat))
-    return b"".join((head, _obs_struct(n).pack(*obs), _text(d.get("state")),
-                     _text(d.get("action")), _text(d.get("backend")), _text(d.get("outcome"))))
+    wall = time.time() if wall is None else wall
+    lat_ms = math.nan if lat is None else float(lat)
+    if task_id is None:
+        return b"".join((_HEAD.pack(FORMAT, flags, n, t, wall, lat_ms),
+                         _obs_struct(n).pack(*obs), _text(d.get("state")),
+                         _text(d.get("action")), _text(d.get("backend")),
+                         _text(d.get("outcome"))))
+    return b"".join((_HEAD2.pack(FORMAT_EPISODE, flags, n, t, wall, lat_ms, step),
+                     _obs_struct(n).pack(*obs), _text(d.get("state")), _text(d.get("action")),
+                     _text(d.get("backend")), _text(d.get("outcome")), _text(task_id)))
 
 
 def decode_decision(payload: bytes) -> Decision | None:
     """Unpack one record; None for another format or a malformed payload (never raises)."""
     try:
-        ver, flags, n, t, wall, lat = _HEAD.unpack_from(payload, 0)
-        if ver != FORMAT:
+        ver = payload[0]
+        step: int | None = None
+        if ver == FORMAT:
+            _, flags, n, t, wall, lat = _HEAD.unpack_from(payload, 0)
+            pos, fields = _HEAD.size, 4
+        elif ver == FORMAT_EPISODE:
+            _, flags, n, t, wall, lat, step = _HEAD2.unpack_from(payload, 0)
+            pos, fields = _HEAD2.size, 5
+        else:
             return None
-        pos = _HEAD.size
         obs = _obs_struct(n).unpack_from(payload, pos)
         pos += 4 * n
         texts: list[str | None] = []
-        for _ in range(4):
+        for _ in range(fields):
             k = payload[pos]
             s = payload[pos + 1 : pos + 1 + k]
             if len(s) != k:
@@ -120,9 +149,11 @@ def decode_decision(payload: bytes) -> Decision | None:
             return None
     except (struct.error, IndexError):
         return None
-    state, action, backend, outcome = texts
+    state, action, backend, outcome = texts[:4]
+    task_id = texts[4] if len(texts) > 4 else None
     accepted = bool(flags & 2) if flags & 1 else None
-    return Decision(t, wall, tuple(obs), action, backend, lat, outcome, state, accepted)
+    return Decision(t, wall, tuple(obs), action, backend, lat, outcome, state, accepted,
+                    task_id, step)
 
 
 def read_decisions(directory: str | Path, name: str = JOURNAL_NAME,
@@ -146,6 +177,7 @@ class DecisionJournal:
                  on_event: EventSink | None = None, name: str = JOURNAL_NAME) -> None:
         self.journal = Journal(directory, name, segment_bytes=segment_bytes,
                                max_segments=max_segments, fsync_each=False)
+        self.episodes = episodes_journal(directory)  # one record per ended task, same writer
         self._writer = StoreWriter(on_error=self._on_store_error, max_records=max_pending,
                                    thread_name="journal")
         self._on_event = on_event
@@ -161,6 +193,10 @@ class DecisionJournal:
         # the newest journaled records as written (a repair report's "last decisions"): an
         # append of bytes already packed, so reading them never scans the journal on disk
         self._recent: deque[bytes] = deque(maxlen=64)
+        # the running task and its next step (set by the control path; None: no episodes)
+        self.episode: EpisodeMark | None = None
+        # per (state, action) counts for the periodic drift report (None: not counted)
+        self.tally: DriftTally | None = None
 
     @property
     def enabled(self) -> bool:
@@ -173,6 +209,7 @@ class DecisionJournal:
                 return None
             try:
                 report = self.journal.open()
+                self.episodes.open()
             except Exception as exc:  # StoreError, JournalFull, or a bad directory
                 self._disable(exc)
                 return None
@@ -193,7 +230,12 @@ class DecisionJournal:
             return False
         try:
             d = decision if isinstance(decision, Mapping) else decision.as_dict()
-            payload = encode_decision(d)
+            mark = self.episode
+            if mark is not None and mark.task_id is not None:
+                task_id, step = mark.take(d.get("backend"))
+                payload = encode_decision(d, None, task_id, step)
+            else:
+                payload = encode_decision(d)
         except Exception as exc:  # a malformed record must never reach the control thread
             self.rejected += 1
             if self.rejected in (1, 10, 100) or self.rejected % 1000 == 0:
@@ -202,11 +244,31 @@ class DecisionJournal:
         if self._writer.submit_record(self.journal, payload):
             self.submitted += 1
             self._recent.append(payload)
+            tally = self.tally
+            if tally is not None:  # the drift report's counters (store/drift_tally.py)
+                tally.count_decision(d.get("state"), d.get("action"))
             return True
         self.rejected += 1
         return False
 
     __call__ = record
+
+    def record_episode(self, episode: Mapping[str, Any]) -> bool:
+        """Queue one ended task's episode record (store/episodes.py); never blocks or raises.
+        Not for the control thread: it encodes JSON."""
+        if not self.enabled:
+            return False
+        try:
+            payload = encode_episode(episode)
+        except (TypeError, ValueError) as exc:
+            log.warning("episode_record_rejected", error=repr(exc))
+            return False
+        if len(payload) > self.episodes.max_record_bytes:
+            log.warning("episode_record_rejected", error="too big", bytes=len(payload))
+            return False
+        if self.tally is not None:
+            self.tally.count_episode(episode)
+        return self._writer.submit_record(self.episodes, payload)
 
     def recent(self, n: int = 10) -> list[Decision]:
         """The newest `n` journaled decisions, oldest first (from memory, any thread)."""
@@ -270,3 +332,4 @@ class DecisionJournal:
             self._stopped = True
         self._writer.stop()
         self.journal.close()
+        self.episodes.close()

@@ -29,12 +29,13 @@ import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from io import BufferedIOBase
 from pathlib import Path
-from typing import BinaryIO
 
 from edge_agent.errors import StoreError
 from edge_agent.log import get_logger
 from edge_agent.store.atomic import fsync_dir
+from edge_agent.store.crc32c import crc32c
 
 log = get_logger(__name__)
 
@@ -43,40 +44,8 @@ _REC = struct.Struct("<II")
 _LEN = struct.Struct("<I")
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
-# --------------------------------------------------------------------------- CRC-32C
-
-
-def _tables() -> tuple[tuple[int, ...], ...]:
-    t0 = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1  # Castagnoli, reflected
-        t0.append(c)
-    tabs = [t0]
-    for _ in range(7):
-        prev = tabs[-1]
-        tabs.append([(prev[i] >> 8) ^ t0[prev[i] & 0xFF] for i in range(256)])
-    return tuple(tuple(t) for t in tabs)
-
-
-_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7 = _tables()
-_U32X2 = struct.Struct("<II")
-
-
-def crc32c(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
-    """CRC-32C (Castagnoli) of `data`, continuing from `crc` like `zlib.crc32` (slicing-by-8)."""
-    mv = memoryview(data).cast("B")
-    crc ^= 0xFFFFFFFF
-    n8 = len(mv) - len(mv) % 8
-    t0, t1, t2, t3, t4, t5, t6, t7 = _T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7
-    for lo, hi in _U32X2.iter_unpack(mv[:n8]):
-        lo ^= crc
-        crc = (t7[lo & 0xFF] ^ t6[(lo >> 8) & 0xFF] ^ t5[(lo >> 16) & 0xFF] ^ t4[lo >> 24]
-               ^ t3[hi & 0xFF] ^ t2[(hi >> 8) & 0xFF] ^ t1[(hi >> 16) & 0xFF] ^ t0[hi >> 24])
-    for b in mv[n8:]:
-        crc = t0[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+_PIECE = 1 << 20  # bytes of a long record read at once (its CRC checked piece by piece)
+KEEP_RECORD_BYTES = 16 << 20  # iter_records: a longer record is skipped, never held
 
 
 def _record_crc(length: int, payload: bytes | memoryview) -> int:
@@ -106,12 +75,13 @@ def _segment_name(name: str, index: int) -> str:
     return f"{name}.{index:010d}.jnl"
 
 
-def _scan(f: BinaryIO) -> Iterator[tuple[int, bytes | str]]:
-    """Yield (offset, payload) per valid record after MAGIC, then (offset, why) at a bad one.
+def _scan(f: BufferedIOBase, keep: int) -> Iterator[tuple[int, bytes | int | str]]:
+    """Yield (offset, payload) per valid record after MAGIC, then (offset, why) at a bad one;
+    a record longer than `keep` bytes is checked in pieces and yielded as its length (int).
 
     A length is checked against the file's size, not against today's `max_record_bytes`, so
     a journal reopened with smaller segments keeps its big records (and garbage lengths never
-    make us allocate more than the file holds)."""
+    make us allocate more than the file holds); `keep` bounds what is held at once."""
     size = os.fstat(f.fileno()).st_size
     pos = len(MAGIC)
     while True:
@@ -125,6 +95,17 @@ def _scan(f: BinaryIO) -> Iterator[tuple[int, bytes | str]]:
         if pos + _REC.size + length > size:
             yield pos, "short record"
             return
+        if length > keep:
+            got, left = crc32c(_LEN.pack(length)), length
+            buf = memoryview(bytearray(min(left, _PIECE)))
+            while left and (n := f.readinto(buf[:min(left, _PIECE)])):
+                got, left = crc32c(buf[:n], got), left - n
+            if left or got != crc:
+                yield pos, "short record" if left else "bad crc"
+                return
+            yield pos, length
+            pos += _REC.size + length
+            continue
         payload = f.read(length)
         if len(payload) < length:
             yield pos, "short record"
@@ -200,12 +181,12 @@ class Journal:
                 head = f.read(len(MAGIC))
                 if head == MAGIC:
                     end = len(MAGIC)
-                    for pos, item in _scan(f):
+                    for pos, item in _scan(f, 0):  # lengths only: nothing held
                         if isinstance(item, str):
                             why = item
                             break
                         records += 1
-                        end = pos + _REC.size + len(item)
+                        end = pos + _REC.size + (item if isinstance(item, int) else len(item))
                     size = os.fstat(f.fileno()).st_size
                     if size > end:
                         cut, why = size - end, why or "trailing bytes"
@@ -330,23 +311,30 @@ class Journal:
     def iter_records(self) -> Iterator[bytes]:
         """Every valid record of every segment, oldest first; garbage is skipped, never raised."""
         for seg in self.segments():
-            try:
-                with open(seg, "rb") as f:
-                    head = f.read(len(MAGIC))
-                    if head != MAGIC:
-                        if MAGIC.startswith(head):  # torn while being created: holds nothing
-                            log.info("journal_segment_empty", journal=self.name,
-                                     segment=str(seg), header_bytes=len(head))
-                        else:
-                            self._skip(seg, len(MAGIC), "foreign header")
+            yield from self.iter_segment(seg)
+
+    def iter_segment(self, seg: Path) -> Iterator[bytes]:
+        """The valid records of one segment file (`segments()`), oldest first; never raises."""
+        try:
+            with open(seg, "rb") as f:
+                head = f.read(len(MAGIC))
+                if head != MAGIC:
+                    if MAGIC.startswith(head):  # torn while being created: holds nothing
+                        log.info("journal_segment_empty", journal=self.name,
+                                 segment=str(seg), header_bytes=len(head))
+                    else:
+                        self._skip(seg, len(MAGIC), "foreign header")
+                    return
+                for pos, item in _scan(f, KEEP_RECORD_BYTES):
+                    if isinstance(item, str):
+                        self._skip(seg, pos, item)
+                        break
+                    if isinstance(item, int):  # valid, but longer than anything we write
+                        self._skip(seg, pos, f"record of {item} bytes not read")
                         continue
-                    for pos, item in _scan(f):
-                        if isinstance(item, str):
-                            self._skip(seg, pos, item)
-                            break
-                        yield item
-            except OSError as exc:
-                self._skip(seg, 0, f"unreadable: {exc}")
+                    yield item
+        except OSError as exc:
+            self._skip(seg, 0, f"unreadable: {exc}")
 
     def _skip(self, seg: Path, pos: int, why: str) -> None:
         self.corrupt_skipped += 1

@@ -1,0 +1,1 @@
+"""edge_agent.dataset: the decision journal as a LeRobotDataset v3 (offline, never the daemon)."""
