@@ -30,8 +30,15 @@ from edge_agent.store.labels import LabelFile
 
 SIM = Path(__file__).resolve().parents[1] / "configs" / "sim.toml"
 ORIGIN = Origin("dev1", "boot-1234567890", "cfg-abc")
-# a period 3 of [T0 + 200, T0 + 300) holds the labels this test gives now (in real wall time)
-T0 = float(int(time.time())) - 250
+# a period 3 of [T0 + 200, T0 + 300) holds the labels this test gives now (in real wall time):
+# set as each test starts, not at import (in a whole-suite run that was minutes before)
+T0 = 0.0
+
+
+@pytest.fixture(autouse=True)
+def _t0_now() -> None:
+    global T0
+    T0 = float(int(time.time())) - 250
 
 
 class Clock:

@@ -101,6 +101,9 @@ RULES: list[tuple[str, str, str]] = [
      "regenerates docs/REPORTS.md and docs/reports/ from five real daemon runs (minutes)"),
     ("", r"^python3? -m hil\.rig\b",
      "runs the simulated robot until stopped (README's run-sim.sh session starts it)"),
+    ("", r"^python3? -m hil\.guardian_freeze_loop\b",
+     "freezes the guardian under CPU load for minutes, a reproduction loop "
+     "(tests/test_guardian_freeze.py and tests/test_deadman_e2e.py are its tests)"),
     ("", r"^python3? -m hil\.load_lerobot\b",
      "needs lerobot and torch (~8 GB), not in the project's environment: "
      "tests/test_journal_export.py runs it where $EDGE_AGENT_LEROBOT_PYTHON names one"),

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 from daemon_proc import DaemonProc
+from mosquitto import wait_until
 
 from edge_agent.daemon.persist import MARKER
 
@@ -46,7 +47,9 @@ def test_a_second_daemon_on_the_same_state_dir_touches_nothing(tmp_path: Path) -
         assert first.proc is not None
         state = first.state_dir
         assert (state / "rig.sock").exists() and (state / MARKER).exists()
-        # quiet: nothing of the first daemon's own rewrites the files while we compare
+        # quiet: nothing of the first daemon's own rewrites the files while we compare; its
+        # drift period (daemon/drift.py) is saved once its reports start, after READY
+        wait_until(lambda: (state / "drift.json").exists(), 30, "the first daemon's drift.json")
         first.socket_cmd("status")
         before = _fingerprint(state)
         second = DaemonProc(tmp_path, None).start()
@@ -56,7 +59,7 @@ def test_a_second_daemon_on_the_same_state_dir_touches_nothing(tmp_path: Path) -
         assert f"is in use by pid {first.proc.pid}" in out, out
         after = _fingerprint(state)
         changed = [n for n in before if before[n] != after.get(n) and n not in (
-            "daemon.snap", "daemon.snap.prev", "dedup.json")]  # the first one's own saves
+            "daemon.snap", "daemon.snap.prev", "dedup.json", "drift.json")]  # the first's saves
         assert not changed and set(after) == set(before), (changed, set(after) ^ set(before))
         assert after[MARKER][3] == f"{first.proc.pid}\n".encode()  # still the first's marker
         assert first.socket_cmd("status")["ok"]  # and its sockets still answer
