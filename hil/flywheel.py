@@ -101,7 +101,7 @@ def label_over_mqtt(broker: Mosquitto, state_dir: Path, rows: list[dict[str, Any
     wanted = {r["task_id"] for r in chosen}
     decisions: dict[str, list[Any]] = {t: [] for t in wanted}
     for dec in read_decisions(journal_dir(state_dir)):
-        if dec.task_id in wanted:
+        if dec.task_id is not None and dec.task_id in wanted:
             decisions[dec.task_id].append(dec)
     expert = ExpertPolicy()
     states = {s.value: s for s in State}
