@@ -120,10 +120,19 @@ def test_finetune_relabels_wrong_by_the_expert_at_a_tenth_of_the_lr(dataset: Pat
     assert parsed.version.startswith(parent["version"] + "+ft.")
     assert card["inputs"] == parent["inputs"] and card["outputs"] == parent["outputs"]
 
-    # --needs-work expert: job-1's ten frames relabelled too (two of them changed: met)
-    tr2 = _finetune(dataset, tmp_path / "c" / "cand.onnx", "--needs-work", "expert")["training"]
+    assert tr["evaluation"] is None  # --eval-episodes 0
+
+    # --needs-work expert: job-1's ten frames relabelled too (two of them changed: met); with
+    # one held-out lock-step episode of the no-fault class, parent and candidate on one seed
+    tr2 = _finetune(dataset, tmp_path / "c" / "cand.onnx", "--needs-work", "expert",
+                    "--eval-episodes", "1", "--eval-faults", "none")["training"]
     assert tr2["targets"]["relabelled_needs_work"] == 10
     assert tr2["targets"]["relabelled_changed"] == 4 and tr2["observations"] == 30
+    ev = tr2["evaluation"]
+    assert ev["episodes_per_class"] == 1 and [r["fault"] for r in ev["success"]] == ["none"]
+    row = ev["success"][0]
+    assert row["parent"] == 100.0, row  # the shipped model picks and places with no fault
+    assert row["candidate"] in (0.0, 100.0) and row["candidate_attempts"] > 0, row
 
 
 def test_finetune_is_deterministic_for_a_seed(dataset: Path, tmp_path: Path) -> None:
