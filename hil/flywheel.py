@@ -32,12 +32,14 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from edge_agent.errors import EdgeAgentError
 from hil.bench_degraded import Bench, Daemon, events, status
-from hil.daemon_proc import ROOT, SIM_CONFIG, stop_daemon, wait_for
+from hil.daemon_proc import ROOT, SIM_CONFIG, Control, stop_daemon, wait_for
 from hil.degraded_faults import Fault
 from hil.degraded_tally import Run
 
@@ -62,11 +64,42 @@ MIXED: tuple[tuple[Fault, float], ...] = (
 )
 
 
+class Unfreezer(threading.Thread):
+    """The operator's part after a protective stop that froze a task (the deadman, on a loaded
+    VM): reset, then resume the task, as hil.bench_degraded does for the stops it expects. Reads
+    the daemon's log on its own (its own offset) and talks over fresh control connections."""
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.log, self.ctl, self.done = state_dir / "daemon.log", Control(state_dir), False
+        self.resumed = 0
+
+    def run(self) -> None:
+        offset = 0
+        while not self.done:
+            time.sleep(0.2)
+            with open(self.log, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            end = chunk.rfind(b"\n") + 1
+            offset += end
+            for line in chunk[:end].splitlines():
+                if b'"type": "task_frozen"' not in line:
+                    continue
+                with contextlib.suppress(ValueError, OSError, EdgeAgentError, SystemExit):
+                    task_id = json.loads(line)["task_id"]
+                    wait_for(lambda: self.ctl.call("reset")["ok"], 20, "reset")
+                    if self.ctl.call("resume", task_id=task_id).get("ok"):
+                        self.resumed += 1
+
+
 def run_tasks(d: Daemon, broker: Mosquitto, a: argparse.Namespace) -> list[dict[str, Any]]:
     """`--tasks` tasks, each with its fault; one row per task (task_id, fault, outcome)."""
     rng = random.Random(a.seed)
     ns = argparse.Namespace(seed=a.seed, inject_at_s=1.0, timeout_s=60.0)
     bench = Bench(d, broker, ns)
+    unfreeze = Unfreezer(d.dir)
+    unfreeze.start()
     rows = []
     for i in range(a.tasks):
         pick = None
@@ -82,6 +115,8 @@ def run_tasks(d: Daemon, broker: Mosquitto, a: argparse.Namespace) -> list[dict[
         rows.append({"task_id": started[0]["task_id"] if started else None,
                      "fault": pick[0].name if pick else "none", "outcome": run.outcomes[-1]})
         print(f"  task {i}: {rows[-1]['fault']}: {rows[-1]['outcome']}", flush=True)
+    unfreeze.done = True
+    print(f"tasks frozen by a protective stop, then reset and resumed: {unfreeze.resumed}")
     return rows
 
 
