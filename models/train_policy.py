@@ -322,15 +322,17 @@ class Mlp:
 
 
 def train_mlp(x: Array, y: Array, *, seed: int, hidden: int = 32, epochs: int = 120,
-              batch: int = 256, lr: float = 3e-3,
+              batch: int = 256, lr: float = 3e-3, init: Mlp | None = None,
               log: Callable[[str], None] = print) -> tuple[Mlp, dict[str, Any]]:
-    """Scale, then train (Adam, cosine decay, class-weighted softmax cross-entropy)."""
+    """Scale, then train (Adam, cosine decay, class-weighted softmax cross-entropy); from `init`
+    (its scaling kept, its weights the start: a fine-tune) or from a seeded He init."""
     rng = np.random.default_rng(seed)
-    scaling = Scaling.fit(x)
+    scaling = Scaling.fit(x) if init is None else init.scaling
     z = scaling(x)
     sizes = [OBS_DIM, hidden, hidden, N_ACTIONS]
     params: Params = [(rng.standard_normal((a, b)) * np.sqrt(2.0 / a), np.zeros(b))
-                      for a, b in itertools.pairwise(sizes)]
+                      for a, b in itertools.pairwise(sizes)] if init is None else \
+        [(w.copy(), b.copy()) for w, b in init.layers]
     m1 = [[np.zeros_like(w), np.zeros_like(b)] for w, b in params]
     m2 = [[np.zeros_like(w), np.zeros_like(b)] for w, b in params]
     cw = class_weights(y)

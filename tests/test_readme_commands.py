@@ -107,6 +107,12 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m hil\.load_lerobot\b",
      "needs lerobot and torch (~8 GB), not in the project's environment: "
      "tests/test_journal_export.py runs it where $EDGE_AGENT_LEROBOT_PYTHON names one"),
+    ("", r"^python3? -m hil\.flywheel\b",
+     "a real daemon's 200 tasks, labels, export, fine-tune and evaluation: most of an hour, a "
+     "benchmark (tests/test_finetune_policy.py runs the fine-tune on a small export)"),
+    ("", r"^python3? models/finetune_policy\.py\b",
+     "needs an exported dataset and minutes of held-out episodes: tests/test_finetune_policy.py "
+     "runs it on a three-episode export"),
     ("", r"^pip install\b", "changes this Python environment (the GPU swap installs a CUDA "
                             "package); test_documented_pip_installs checks what it installs"),
 ]
