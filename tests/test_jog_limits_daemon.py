@@ -20,7 +20,13 @@ from edge_agent.robot import load_robot
 ROBOT = load_robot(REPO / "configs" / "robot" / "edge-arm-4.toml")
 KIN = ArmKinematics.of(ROBOT)
 SATURATE = 5.0  # rad/s: scaled down to the jog speed limit, direction kept
-STILL_RAD = 2e-4
+# "At rest": no joint moved this much in 0.3 s. A free saturating jog moves a joint tens of mrad
+# in that time. Held at the box, the arm can still slide along it: the limiter refuses each
+# step that leaves the (shrunk) box but takes the tiny ones along its face that the measured
+# pose's noise allows. Seen here: the wrist (joint 3) at x = 0.1550 m, the box's face, moved
+# 0.35 mrad per 0.3 s with the tool centre moving 0.02 mm, inward — for 20 s, half the runs
+# under the old 0.2 mrad. Stopped at the limit, as far as this test is concerned.
+STILL_RAD = 1e-3
 
 
 def _rig(d: DaemonProc) -> dict[str, Any]:
@@ -44,22 +50,28 @@ def _jog_until_still(d: DaemonProc, joint: int, sign: float) -> dict[str, Any]:
     st = _rig(d)
     start_fw = st["fw_time_us"]
     ref_q, ref_fw = st["q_encoder"], st["fw_time_us"]
+    refused = 0
+    jogged = False  # a jog went out in this window: standing still then means a limit
     while True:
         r = d.socket_cmd("manual.jog", {"dq": dq, "ttl_ms": 200})
         if not r["ok"] and "protective stop" in r["error"]["message"]:
             _recover_from_jog_lost(d)
             continue
-        # refused while a late reader left the encoders predicted for a tick: jog on
+        # refused while the encoders are predicted: a late reader for a tick, or, held still
+        # at the box, the encoder repeating itself until the description's stuck_samples
+        # refuse it (seen here: every other jog refused for 20 s) — jog on
         assert r["ok"] or "predicted" in r["error"]["message"], r
+        refused += not r["ok"]
+        jogged = jogged or r["ok"]
         st = _rig(d)  # jogs go back to back, paced by the two round trips (ttl 200 ms)
-        assert st["fw_time_us"] - start_fw < 20_000_000, "the jog never came to rest"
-        if not r["ok"]:  # no jog went out: the arm standing still now says nothing of a limit
-            ref_q, ref_fw = st["q_encoder"], st["fw_time_us"]
-            continue
+        assert st["fw_time_us"] - start_fw < 20_000_000, (
+            "the jog never came to rest", joint, sign, r, refused, st["q_encoder"], ref_q,
+            KIN.forward(st["q_encoder"])[:3])
         if st["fw_time_us"] - ref_fw >= 300_000:  # moved less than STILL_RAD in 0.3 s: still
-            if max(abs(a - b) for a, b in zip(st["q_encoder"], ref_q, strict=True)) < STILL_RAD:
+            moved = max(abs(a - b) for a, b in zip(st["q_encoder"], ref_q, strict=True))
+            if moved < STILL_RAD and jogged:
                 return st
-            ref_q, ref_fw = st["q_encoder"], st["fw_time_us"]
+            ref_q, ref_fw, jogged = st["q_encoder"], st["fw_time_us"], False
 
 
 def test_saturating_jogs_stay_inside_the_box_and_the_soft_limits(tmp_path: Path) -> None:
