@@ -112,3 +112,20 @@ class DaemonProc:
         if self._reader is not None:
             self._reader.join(5)
         return self.proc.returncode
+
+
+# Tests about the journal (episodes, labels, export), not about L1 or the deadman: generous L1
+# timeouts, and a 1 s deadman (measured: with three such daemons at once on this 2-core VM, a
+# 250 ms deadman tripped mid-approach and the task never ended)
+JOURNAL_TASK_SETS = (*(f"executor.l1_timeouts_s.{s}=60" for s in (
+    "approach", "grasp", "lift", "transfer", "release", "retreat")), "link.deadman_ms=1000")
+
+
+def wait_ready_for_tasks(d: DaemonProc, timeout: float = 60) -> None:
+    """Until the daemon's link, MQTT, decision journal and policy model are all up."""
+    def up() -> bool:
+        st = d.socket_cmd("status")["result"]
+        return bool(st["link_up"] and st["mqtt_connected"] and (st["journal"] or {}).get(
+            "enabled") and (st["inference"] or {}).get("model"))
+
+    wait_until(up, timeout, "link, MQTT, the journal and the model up")

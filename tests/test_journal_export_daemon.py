@@ -16,16 +16,14 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import MQTT_USERS
-from daemon_proc import REPO, DaemonProc
+from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_tasks
 from mosquitto import Mosquitto, Probe, wait_until
 
 from edge_agent.store.decisions import journal_dir, read_decisions
 
 pq = pytest.importorskip("pyarrow.parquet")
 
-# about the export, not L1 nor the deadman: test_journal_label_daemon.py's settings and reason
-SLOW = (*(f"executor.l1_timeouts_s.{s}=60" for s in (
-    "approach", "grasp", "lift", "transfer", "release", "retreat")), "link.deadman_ms=1000")
+SLOW = JOURNAL_TASK_SETS  # about the journal, not L1 nor the deadman (daemon_proc.py)
 
 
 def _payload(msg: Any) -> dict[str, Any]:
@@ -57,13 +55,7 @@ def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -
     d = DaemonProc(tmp_path, broker, extra=SLOW).start()
     try:
         d.wait_ready()
-
-        def up() -> bool:
-            st = d.socket_cmd("status")["result"]
-            return bool(st["link_up"] and st["mqtt_connected"] and (st["journal"] or {}).get(
-                "enabled") and (st["inference"] or {}).get("model"))
-
-        wait_until(up, 60, "link, MQTT, the journal and the model up")
+        wait_ready_for_tasks(d)
         sd = d.state_dir
         outcomes = {}
         for job in ("job-1", "job-2"):

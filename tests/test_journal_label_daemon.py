@@ -13,16 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from conftest import MQTT_USERS
-from daemon_proc import REPO, DaemonProc
+from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_tasks
 from mosquitto import Mosquitto, Probe, wait_until
 
 from edge_agent.store.decisions import journal_dir, read_decisions
 
-# This test is about episodes and labels, not about L1 or the deadman: generous L1 timeouts, and
-# a 1 s deadman (measured: with three such daemons at once on this 2-core VM, a 250 ms deadman
-# tripped mid-approach and the task never ended)
-SLOW = (*(f"executor.l1_timeouts_s.{s}=60" for s in (
-    "approach", "grasp", "lift", "transfer", "release", "retreat")), "link.deadman_ms=1000")
+SLOW = JOURNAL_TASK_SETS  # about the journal, not L1 nor the deadman (daemon_proc.py)
 
 
 def _payload(msg: Any) -> dict[str, Any]:
@@ -52,13 +48,7 @@ def test_a_task_is_an_episode_and_a_person_labels_it_over_mqtt(
     d = DaemonProc(tmp_path, broker, extra=SLOW).start()
     try:
         d.wait_ready()
-
-        def up() -> bool:
-            st = d.socket_cmd("status")["result"]
-            return bool(st["link_up"] and st["mqtt_connected"] and (st["journal"] or {}).get(
-                "enabled") and (st["inference"] or {}).get("model"))
-
-        wait_until(up, 60, "link, MQTT, the journal and the model up")
+        wait_ready_for_tasks(d)
         op.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-1"}))
         assert _payload(op.expect("edge/dev1/reply/task.start", timeout=30))["ok"]
         done = _payload(op.expect(lambda m: m.topic == "edge/dev1/event"
