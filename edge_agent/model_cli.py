@@ -77,6 +77,8 @@ def _add_gate_parser(msub: Any) -> None:
                     help="a robot's config: its current model (model cache, else "
                          "inference.model) and deadline; the gate runs at idle priority and "
                          "not while that daemon runs a task")
+    gt.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key of --config (as `edge-agent run --set`)")
     gt.add_argument("--episodes", type=int, default=d["episodes"],
                     help="paired episodes per fault class (default %(default)s)")
     gt.add_argument("--faults", metavar="LABEL,...", help="only these fault classes")

@@ -63,7 +63,7 @@ def resolve(a: argparse.Namespace) -> Inputs:
         from edge_agent.errors import ConfigError
 
         try:
-            cfg = load_config(a.config, sim=True)
+            cfg = load_config(a.config, a.set, sim=True)
         except ConfigError as exc:
             raise Usage(f"--config {a.config}: {exc}") from None
         inf = cfg.inference
@@ -206,12 +206,14 @@ def format_record(r: dict[str, Any]) -> str:
                      f"{c['candidate_only']:6d} {c['p_value']:8.3g}  {c['verdict']}")
     lat = r["latency"]
     if lat:
-        lines.append(f"latency (ms, {lat['observations']} decisions each, interleaved): current "
+        lines.append(f"latency (ms, {lat['observations']} observations x {lat['repeats']} "
+                     f"interleaved, best per observation): current "
                      f"P50 {lat['current']['p50_ms']:.3f} P99 {lat['current']['p99_ms']:.3f} "
                      f"max {lat['current']['max_ms']:.3f}; candidate P50 "
                      f"{lat['candidate']['p50_ms']:.3f} P99 {lat['candidate']['p99_ms']:.3f} "
                      f"max {lat['candidate']['max_ms']:.3f}; budget {lat['budget_ms']:.3f}: "
-                     f"{lat['verdict']}")
+                     f"{lat['verdict']} (raw P99 current {lat['current']['raw']['p99_ms']:.3f}, "
+                     f"candidate {lat['candidate']['raw']['p99_ms']:.3f})")
     if r["replay"] is not None:
         from hil.gate_replay import format_replay
 
@@ -227,6 +229,8 @@ def main(a: argparse.Namespace) -> int:
             raise Usage("--episodes and --jobs must be >= 1")
         if not 0 < a.alpha < 1 or a.margin < 0:
             raise Usage("--alpha must be in (0, 1) and --margin >= 0")
+        if a.set and not a.config:
+            raise Usage("--set overrides keys of --config: give --config")
         inp = resolve(a)
         classes = classes_for(a.faults)
         journals = [Path(j) for j in a.journal]
