@@ -181,7 +181,16 @@ def run_gate(inp: Inputs, *, episodes: int, classes: Sequence[tuple[int, Any]], 
         "verdict": verdict, "reasons": reasons, "host": host, "jobs": jobs,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                  time.gmtime(time.time() - (time.monotonic() - t0))),
-        "wall_s": round(time.monotonic() - t0, 1)}
+        "wall_s": round(time.monotonic() - t0, 1), "cpu_s": _cpu_s()}
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its (joined) workers: the load-independent cost."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, 1)
 
 
 def _card_version(model: Path) -> str | None:
@@ -218,7 +227,8 @@ def format_record(r: dict[str, Any]) -> str:
         from hil.gate_replay import format_replay
 
         lines += format_replay(r["replay"])
-    lines.append(f"verdict: {r['verdict'].upper()} ({r['wall_s']:.0f} s)")
+    lines.append(f"verdict: {r['verdict'].upper()} ({r['wall_s']:.0f} s wall, "
+                 f"{r['cpu_s']:.0f} s CPU, {r['jobs']} process(es))")
     lines += [f"  - {why}" for why in r["reasons"]]
     return "\n".join(lines)
 
@@ -240,15 +250,21 @@ def main(a: argparse.Namespace) -> int:
     except Usage as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    try:  # before anything else (and before idle priority: the answer comes at once)
+        first = check_daemon(inp.socket)
+    except DaemonBusy as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
     idle = a.priority == "idle" or (a.priority == "auto" and a.config is not None)
     host = lower_priority() if idle else {"priority": "normal"}
+    host["daemon"] = first
     rule = gate_rules.Rule(alpha=a.alpha, margin_points=a.margin, deadline_ms=inp.deadline_ms)
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     log(f"gate: {len(classes)} fault classes x {a.episodes} paired episodes, {a.jobs} "
-        f"process(es); priority {host['priority']}")
+        f"process(es); priority {host['priority']}; {host['daemon']}")
     try:
         record = run_gate(inp, episodes=a.episodes, classes=classes, jobs=a.jobs,
                           seed_base=a.seed_base, rule=rule, journals=journals,
