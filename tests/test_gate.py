@@ -198,3 +198,43 @@ def test_a_slower_model_fails_on_latency(tmp_path: Path) -> None:
     lat = rec["latency"]
     assert lat["verdict"] == "fail" and lat["candidate"]["p99_ms"] > lat["budget_ms"]
     assert any(x.startswith("latency: candidate P99") for x in rec["reasons"])
+
+
+def test_journal_replay_reports_agreement_and_where_they_differ(tmp_path: Path) -> None:
+    """Decisions written by the store's real DecisionJournal (two tasks and a shadow one),
+    replayed by the shipped model and a random one."""
+    from inference_models import observations
+
+    from edge_agent.store.decisions import DecisionJournal, journal_dir
+    from edge_agent.store.episodes import EpisodeMark
+    from edge_agent.vocab import EventType
+
+    state = tmp_path / "state"
+    dj = DecisionJournal(journal_dir(state))
+    dj.open()
+    mark = EpisodeMark()
+    dj.episode = mark
+    obs = observations(60, seed=3)
+    for k, task in enumerate(("job-0", "job-1")):
+        mark.follow({"type": EventType.TASK_STARTED, "task_id": task})
+        for i, o in enumerate(obs[k * 30:(k + 1) * 30]):
+            assert dj.record({"t": 10.0 + k * 30 + i, "observation": list(o.vector),
+                              "action": "continue", "backend": "shadow-onnx" if i == 0 else
+                              "onnx-cpu", "latency_ms": 0.1, "outcome": "ok",
+                              "state": o.state.value, "accepted": True})
+        mark.follow({"type": EventType.TASK_DONE, "task_id": task})
+    assert dj.flush(10)
+    dj.stop()
+    other = tmp_path / "m" / "other.onnx"
+    policy_tool().write_policy(other, seed=11)
+    r, rec = _gate(other, tmp_path / "rec.json", "--episodes", "1", "--faults", "none",
+                   "--journal", str(state))
+    rp = rec["replay"]
+    assert rp["decisions"] == 58 and rp["left_out"]["shadow"] == 2, rp
+    assert sum(v["decisions"] for v in rp["by_state"].values()) == 58
+    assert 0.0 <= rp["agreement"] < 1.0  # random weights
+    differ = sum(d["count"] for d in rp["differences"])
+    assert differ == round(58 * (1 - rp["agreement"])) or rp["difference_kinds"] > 20
+    ex = rp["differences"][0]["examples"][0]
+    assert ex["task_id"] in ("job-0", "job-1") and 0 < ex["step"] < 30
+    assert "journal replay: 58 recorded decisions" in r.stdout

@@ -115,9 +115,14 @@ def test_model_update_requires_a_passing_gate_record(tmp_path: Path) -> None:
         wait_until(lambda: not d.socket_cmd("status")["result"]["executor"]["task"], 30,
                    "task cancelled")
 
-        r = gate(good, tmp_path / "good.json")
+        r = gate(good, tmp_path / "good.json", "--journal", str(d.state_dir))
         assert r.returncode == 0, r.stdout + r.stderr
         rec = json.loads((tmp_path / "good.json").read_text())
+        # the cancelled task's decisions, replayed: the same weights decide the same
+        rp = rec["replay"]
+        assert rp["decisions"] > 0 and rp["agreement"] == 1.0 and rp["differences"] == []
+        assert sum(v["decisions"] for v in rp["by_state"].values()) == rp["decisions"]
+        assert "journal replay" in r.stdout
         assert rec["current"]["sha256"] == _sha(shipped)  # the daemon's current, from its cache
         assert "model cache" in rec["current"]["from"]
         assert rec["host"]["priority"] == "normal"
