@@ -143,7 +143,7 @@ def run_gate(inp: Inputs, *, episodes: int, classes: Sequence[tuple[int, Any]], 
                                      zip(recs[:episodes], recs[episodes:], strict=True))
         rows.append(row)
         observations += [v for r in recs[:episodes] for v in r.vectors]
-        log(f"  {fc.label:34s} current {row['current_success']:3d}/{episodes}  candidate "
+        log(f"  {fc.label:38s} current {row['current_success']:3d}/{episodes}  candidate "
             f"{row['candidate_success']:3d}/{episodes}  {row['verdict']:13s} "
             f"({time.monotonic() - t1:.0f} s)")
     latency: dict[str, Any] | None = None
@@ -206,11 +206,11 @@ def format_record(r: dict[str, Any]) -> str:
     lines = [f"gate: candidate {r['candidate']['file']} ({r['candidate']['sha256'][:12]}) vs "
              f"current {r['current']['file']} ({r['current']['sha256'][:12]}), "
              f"{r['episodes_per_class']} paired episodes per class",
-             f"{'fault class':34s} {'current':>8s} {'cand.':>8s} {'worse':>6s} {'better':>6s} "
+             f"{'fault class':38s} {'current':>8s} {'cand.':>8s} {'worse':>6s} {'better':>6s} "
              f"{'p':>8s}  verdict"]
     for c in r["classes"]:
         n = c["episodes"]
-        lines.append(f"{c['fault']:34s} {c['current_success']:4d}/{n:<3d} "
+        lines.append(f"{c['fault']:38s} {c['current_success']:4d}/{n:<3d} "
                      f"{c['candidate_success']:4d}/{n:<3d} {c['current_only']:6d} "
                      f"{c['candidate_only']:6d} {c['p_value']:8.3g}  {c['verdict']}")
     lat = r["latency"]
