@@ -239,6 +239,16 @@ class InferenceSection:
     # Ed25519 public keys (`ed25519:<base64>`, from `edge-agent model keygen`): when set, only
     # models whose card a listed key signed are installed or loaded.
     trusted_keys: tuple[str, ...] = opt("strlist", ())
+    # The trial after model.update (docs/MODELS.md, daemon/model_trial.py): the new model is
+    # on trial until `trial_tasks` judged tasks or `trial_s` seconds, whichever comes first;
+    # a regression rolls it back at once and marks it bad.
+    trial_tasks: int = opt("int", 20, lo=1, hi=10_000)
+    trial_s: float = opt("float", 3600.0, lo=0.0, lo_open=True, hi=30 * 86400.0)
+    trial_latency_ms: float = opt("float", 5.0, lo=0.0, lo_open=True, hi=1000.0,
+                                  hint="the candidate's decision latency budget on trial")
+    trial_alpha: float = opt("float", 0.05, lo=0.0, lo_open=True, hi=0.5)
+    trial_margin: float = opt("float", 0.10, lo=0.0, hi=1.0,
+                              hint="success-rate drop from the previous model's tolerated")
 
 
 def _probe_period() -> Any:

@@ -15,6 +15,7 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.daemon.model_trial import ModelTrial
 from edge_agent.log import get_logger
 from edge_agent.vocab import EventType
 
@@ -45,6 +46,10 @@ class PolicyLoader:
         self.router_journals = False  # the router's records replace the executor's own
         self.result: dict[str, Any] | None = None  # for status.background
         self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
+        # the trial after model.update (daemon/model_trial.py); `shadow_status` is set by the
+        # shadow runner when there is one (status.model.shadow, null without)
+        self.trial = ModelTrial(cfg, publish)
+        self.shadow_status: Callable[[], dict[str, Any] | None] | None = None
 
     def start(self) -> dict[str, Any]:
         """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
@@ -75,6 +80,7 @@ class PolicyLoader:
                 self._executor.policy = stack.router  # decisions from here on go through it
                 self.router_journals = True
             self.stack = stack
+            self.trial.at_start(stack)  # an open trial whose process died rolls back first
             stack.load()
         except Exception as exc:  # the rule-based expert keeps deciding
             _log.exception("inference_start_failed")
@@ -114,29 +120,46 @@ class PolicyLoader:
             return "no model is configured (set inference.model or inference.triton_url)"
         return "the inference stack is still loading; retry after the policy_ready event"
 
-    def update_model(self, uri: str, sha256: str, version: str | None) -> dict[str, Any]:
+    def model_status(self) -> dict[str, Any]:
+        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow."""
+        shadow = self.shadow_status
+        return {**self.trial.status(), "shadow": shadow() if shadow is not None else None}
+
+    def update_model(self, uri: str, sha256: str, version: str | None,
+                     allow_bad: bool = False) -> dict[str, Any]:
         """`model.update`: verify (sha256, signature, meaning, a smoke run), install atomically
         in the cache (the previous model stays as the `cached` fallback), reload the sessions.
         Blocking (~0.1–1 s): the command worker runs it; admission refuses it mid-task.
-        Call it when `unavailable()` is None. Raises ModelError (the reason) or ValueError
-        (the uri)."""
+        Call it when `unavailable()` is None. Raises ModelError (the reason), ValueError
+        (the uri) or UpdateRefused (a trial runs; the model is marked bad, without allow_bad).
+        The new model is then on trial (daemon/model_trial.py)."""
         stack = self.stack
         if stack is None:
             raise RuntimeError(f"update_model() without a stack: {self.unavailable()}")
+        self.trial.check_update(sha256, allow_bad)
         t0 = time.monotonic()
-        card = stack.update_model(uri, sha256, version).card
+        self.trial.begin(stack, sha256, allow_bad)  # saved before the candidate decides
+        try:
+            card = stack.update_model(uri, sha256, version).card
+        except BaseException:
+            self.trial.abandon()
+            raise
+        self.trial.installed(card)
         ms = round((time.monotonic() - t0) * 1e3, 1)
         return {"installed": {"name": card.name, "version": card.version,
                               "sha256": card.sha256},
                 "ms": ms, "model_ready": stack.model_ready(), "policy": self.in_use()}
 
     def stop(self) -> None:
+        self.trial.stop()
         if self.stack is not None:
             self.stack.stop()
 
     def _on_event(self, ev: Any) -> None:
+        self.trial.taps.on_inference_event(ev)
         self._events.append(ev.as_dict())  # may run on the control thread: only enqueue
 
     def _on_decision(self, rec: Any) -> None:
+        self.trial.taps.on_decision(rec)  # the control thread: counters only
         if self._journal is not None:
             self._journal.record(rec.as_dict())

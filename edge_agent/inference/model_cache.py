@@ -228,6 +228,27 @@ class ModelCache:
         self._emit(EventKind.MODEL_INSTALLED, f"rolled back to {prev.card.version}")
         return prev
 
+    def revert(self, bad: str) -> CachedModel:
+        """A failed trial's rollback: the previous model current again and the candidate `bad`
+        dropped (its files removed: it must not become the last-known-good fallback). Already
+        reverted (`bad` is not current): the current model. Raises ModelError."""
+        with self._lock:
+            p = self.pointer()
+            if p["current"] != bad:
+                cur = self.entry(p["current"])
+                if cur is None:
+                    raise ModelError("no usable current model after the rollback")
+                return cur
+            prev = self.entry(p["previous"])
+            if prev is None:
+                raise ModelError("no previous model to roll back to")
+            _atomic_write(self.dir / POINTER, json.dumps(
+                {"current": prev.sha256, "previous": None, "seeded": p["seeded"]}).encode())
+            self._collect({prev.sha256})
+        self._emit(EventKind.MODEL_INSTALLED, f"rolled back to {prev.card.name} "
+                   f"{prev.card.version} sha256 {prev.sha256[:12]} ({bad[:12]} dropped)")
+        return prev
+
     # -- helpers --------------------------------------------------------------------------
     def _load_session(self, data: bytes) -> Any:
         try:
