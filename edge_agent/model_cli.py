@@ -1,8 +1,9 @@
-"""`edge-agent model keygen | sign | verify`: the release side of signed policy models.
+"""`edge-agent model keygen | sign | verify | status`: signed policy models, and the robot's.
 
     edge-agent model keygen --out release.key        private key (0600); prints the public key
     edge-agent model sign MODEL.onnx --key release.key [--version V]
     edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
+    edge-agent model status [--config CFG] [--json]   the running daemon's models (trial too)
 
 `sign` writes (or rewrites) MODEL.card.json beside the model with the model's sha256 and an
 Ed25519 signature (edge_agent/inference/model_signing.py); a model without a card gets one
@@ -39,13 +40,18 @@ def add_parser(sub: Any) -> None:
     vf.add_argument("--config", metavar="PATH", help="use this config's inference.trusted_keys")
     vf.add_argument("--public-key", action="append", default=[], metavar="ed25519:...",
                     help="a trusted public key (repeatable)")
+    from edge_agent.model_status_cli import add_status_parser
+
+    add_status_parser(msub)  # `model status` (model_status_cli.py): the running daemon's models
 
 
 def run(a: argparse.Namespace) -> int:
     from edge_agent.inference.model_card import ModelError
+    from edge_agent.model_status_cli import run_status
 
     try:
-        return {"keygen": _keygen, "sign": _sign, "verify": _verify}[a.model_command](a)
+        return {"keygen": _keygen, "sign": _sign, "verify": _verify,
+                "status": run_status}[a.model_command](a)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -112,6 +114,14 @@ def test_a_good_model_commits_after_its_trial_tasks(
         assert _events(d, "model_committed")[0]["sha256"] == _sha(good)
         assert _model(d)["current"]["sha256"] == _sha(good)
         assert _reports(d, "model_rollback") == []
+        # `edge-agent model status` finds the daemon as `edge-agent status` does
+        cli = subprocess.run([sys.executable, "-m", "edge_agent.cli", "model", "status",
+                              "--device", "dev1", "--json"], capture_output=True, text=True,
+                             env=d.env, cwd=REPO, timeout=60, check=False)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        printed = json.loads(cli.stdout)
+        assert printed["trial"]["state"] == "committed" and printed["current"]["sha256"] == \
+            _sha(good), printed
     finally:
         assert d.stop() == 0
 
