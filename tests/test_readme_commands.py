@@ -85,6 +85,7 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^/opt/edge-agent/", "needs the software installed under /opt/edge-agent (§3, root)"),
     ("", r"^python3? -m pip wheel\b", WHEEL),
     ("docs/INSTALL.md:block", r"^edge-agent model (keygen|sign|verify) ", MODEL),
+    ("", r"^(\.venv/bin/)?edge-agent model status\b", _DAEMON),
     ("", r"^edge-agent model ", "names placeholder files (policy.onnx, ed25519:...): INSTALL.md "
                                 "§4's block runs keygen, sign and verify"),
     ("", r"^(\.venv/bin/)?edge-agent check-config (?!/etc/)", HERE),
