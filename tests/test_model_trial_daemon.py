@@ -19,6 +19,7 @@ from typing import Any
 
 from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_tasks
 from mosquitto import Mosquitto, wait_until
+from test_asyncapi import validator
 
 TRAINED = REPO / "models" / "pick-place-policy.onnx"
 
@@ -45,7 +46,10 @@ def same_policy_new_bytes(directory: Path, version: str) -> Path:
 
 
 def _model(d: DaemonProc) -> dict[str, Any]:
-    return dict(d.socket_cmd("status")["result"]["model"])
+    """status.model, checked against docs/asyncapi.yaml's ModelStatus."""
+    m = dict(d.socket_cmd("status")["result"]["model"])
+    validator("#/components/schemas/ModelStatus").validate(m)
+    return m
 
 
 def _events(d: DaemonProc, kind: str) -> list[dict[str, Any]]:
