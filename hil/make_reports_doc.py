@@ -14,8 +14,10 @@ Faults: the e-stop button pressed; a collision while a task runs; the serial lin
 unrecoverable weak gripper until L3 (`executor.l3_threshold=3` so one task reaches it); a kill -9
 of the daemon and its restart (an unclean restart); then, on a private Mosquitto
 (tests/mosquitto.py; skipped without one), the broker stopped and started again: `broker_lost`
-entered and left (the mode reports); then the drift report: a run with the trained policy, and
-one with an untrained policy and a 45 s `journal.drift_period_s` (run_drift).
+entered and left (the mode reports); then a model trial rolled back by a latency regression
+injected at the ONNX seam (hil/trial_doc.py: the `model_rollback` report); then the drift
+report: a run with the trained policy, and one with an untrained policy and a 45 s
+`journal.drift_period_s` (run_drift).
 """
 
 from __future__ import annotations
@@ -167,6 +169,9 @@ def run_faults(state_dir: Path, chat: Receiver) -> None:
     finally:
         d.stop()
     run_broker_loss(state_dir, sets)
+    from hil.trial_doc import run_trial_rollback  # a model trial's rollback (docs/MODELS.md)
+
+    run_trial_rollback(state_dir, sets)
     from hil.drift_doc import run_drift  # the drift pair (it uses this module's Daemon)
 
     run_drift(state_dir, sets)
@@ -288,7 +293,10 @@ capabilities lost, the fallback in use, the recovery rule and the next probe's t
 (kind `drift`, daemon/drift.py): this period's action distribution per executor state against
 the last period's (KL, nats, overall and per state), success rate, L3 count, labels given,
 decisions and episodes counted, and a verdict against `journal.drift_threshold`; its plot is the
-action distribution as bars, last period above this one.
+action distribution as bars, last period above this one. A model trial that ends in a rollback
+(docs/MODELS.md "Trial, commit and rollback") files a report of kind `model_rollback` on the same
+path: the candidate and the model restored, the reasons, the evidence counted, the rules, the
+success test's figures and the last decisions with their latencies.
 
 **The chat message is a summary, not the report.** WeCom's classic `msgtype: markdown` renders
 headings, bold, links, inline code, quotes and `<font color>` (info, comment, warning) only: a
@@ -314,7 +322,8 @@ sink sends today.
 simulated robot (configs/sim.toml, `executor.l3_threshold=3`, `link.deadman_ms=250` as in the
 daemon tests, no broker, the chat webhook at a real local receiver), injected each fault at the
 firmware side of the tty, then stopped and restarted a private Mosquitto under a daemon
-connected to it (`broker_lost` entered and left), and copied the reports the daemon wrote and
+connected to it (`broker_lost` entered and left), rolled back a model on trial (a latency
+regression injected at the ONNX seam: hil/trial_doc.py), and copied the reports the daemon wrote and
 the chat messages the receiver got. One report per fault kind below; the PNGs and each report's
 JSON are in docs/reports/.
 
