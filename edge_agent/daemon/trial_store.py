@@ -46,6 +46,7 @@ class TrialStore:
         self.dir = Path(state_dir)
         self.trial_path = self.dir / TRIAL_NAME
         self.bad_path = self.dir / BAD_NAME
+        self._bad: list[dict[str, Any]] | None = None  # the list as last read or written
 
     # -- the trial record ------------------------------------------------------------------
     def load_trial(self) -> dict[str, Any] | None:
@@ -64,11 +65,13 @@ class TrialStore:
 
     # -- the bad list ----------------------------------------------------------------------
     def bad(self) -> list[dict[str, Any]]:
-        rec = self._read(self.bad_path)
-        items = rec.get("bad") if rec is not None else None
-        if not isinstance(items, list):
-            return []
-        return [dict(b) for b in items if isinstance(b, dict) and isinstance(b.get("sha256"), str)]
+        """The bad list (read once; this store is its only writer): `status` asks often."""
+        if self._bad is None:
+            rec = self._read(self.bad_path)
+            items = rec.get("bad") if rec is not None else None
+            self._bad = [dict(b) for b in items or () if isinstance(b, dict)
+                         and isinstance(b.get("sha256"), str)] if isinstance(items, list) else []
+        return [dict(b) for b in self._bad]
 
     def bad_entry(self, sha: str) -> dict[str, Any] | None:
         return next((b for b in self.bad() if b["sha256"] == sha), None)
@@ -79,12 +82,14 @@ class TrialStore:
         items.append({"sha256": sha, "name": name, "version": version,
                       "wall": round(time.time(), 3), "reasons": list(reasons)[:8]})
         self._write(self.bad_path, {"v": FORMAT, "bad": items[-MAX_BAD:]})
+        self._bad = items[-MAX_BAD:]
 
     def unmark_bad(self, sha: str) -> None:
         items = self.bad()
         if any(b["sha256"] == sha for b in items):
-            self._write(self.bad_path, {"v": FORMAT, "bad": [b for b in items
-                                                             if b["sha256"] != sha]})
+            keep = [b for b in items if b["sha256"] != sha]
+            self._write(self.bad_path, {"v": FORMAT, "bad": keep})
+            self._bad = keep
 
     # -- files -----------------------------------------------------------------------------
     def _read(self, path: Path) -> dict[str, Any] | None:
