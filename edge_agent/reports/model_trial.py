@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from edge_agent.reports.build import utc as utc_wall
 from edge_agent.reports.record import Origin, Report, ReportKind, Scope, new_report_id
+
+
+def utc(wall: Any) -> str | None:
+    return utc_wall(float(wall)) if isinstance(wall, int | float) else None
 
 
 def _model(m: Mapping[str, Any] | None) -> str:
@@ -30,9 +35,12 @@ def build_rollback_report(trial: Mapping[str, Any], origin: Origin,
     prev: Mapping[str, Any] | None = trial.get("previous")
     at_start = bool(trial.get("rolled_back_at_start"))
     title = (f"Model {cand['name']} {cand['version']} rolled back on trial: {reasons[0]}")
+    error = trial.get("rollback_error")
+    first = (f"The rollback FAILED ({error}): the candidate still decides — install a good "
+             "model with model.update" if error else f"Rolled back to {_model(prev)}")
     measures = (
-        f"Rolled back to {_model(prev)}"
-        + (" at start-up, before the candidate decided again" if at_start
+        first
+        + ("" if error else " at start-up, before the candidate decided again" if at_start
            else " at once, between two decisions (the policy only proposes discrete actions; "
                 "no setpoint changed with the swap)") + ".",
         f"Marked {_model(cand)} bad: the daemon never installs it by itself, and model.update "
@@ -41,14 +49,15 @@ def build_rollback_report(trial: Mapping[str, Any], origin: Origin,
         "own last-known-good fallback.")
     ev: Mapping[str, Any] = trial.get("evidence") or {}
     details = {"candidate": cand, "previous": dict(prev) if prev else None,
-               "reasons": reasons, "started_wall": trial.get("started_wall"),
-               "ended_wall": trial.get("ended_wall"),
+               "restored": trial.get("restored"), "rollback_error": trial.get("rollback_error"),
+               "reasons": reasons, "started": utc(trial.get("started_wall")),
+               "ended": utc(trial.get("ended_wall")),
                "tasks": f"{ev.get('tasks', 0)}/{(trial.get('rules') or {}).get('tasks')}",
                "evidence": dict(ev), "rules": dict(trial.get("rules") or {}),
                "baseline": trial.get("baseline"), "success_test": verdict.get("success"),
                "note": verdict.get("note"),
-               "detected_to_rollback_s": trial.get("detected_to_rollback_s"),
-               "onset_to_rollback_s": trial.get("onset_to_rollback_s"),
+               "first_slow_to_rollback_s": trial.get("first_slow_to_rollback_s"),
+               "verdict_to_rollback_ms": trial.get("verdict_to_rollback_ms"),
                "rolled_back_at_start": at_start}
     return Report(
         id=new_report_id(wall), kind=ReportKind.MODEL_ROLLBACK,
