@@ -10,11 +10,10 @@ ends). `PolicyLoader` owns one `ModelTrial` and calls it at four points:
                              model.update: refused while a trial runs or for a model marked bad
                              (unless `allow_bad`); the trial record is saved (`pending`) before
                              the candidate is installed, so before its first decision
-    on_decision / on_inference_event   taps on the decision sink (control thread: a few counter
-                             updates, no lock, no I/O) and the inference events
+    taps.on_decision / taps.on_inference_event / taps.on_event   the evidence
+                             (daemon/trial_evidence.py; the control thread's tap: counters only)
     stop()                   a clean stop: recorded, so the next start resumes the trial
 
-and the daemon's published events come in through `on_event` (task_done, diagnostic, degraded).
 The trial's own thread (`model-trial`, alive only while a trial is open) judges the evidence when
 it changes and once a second (the time limit), and acts: a regression rolls back at once — the
 candidate is marked bad and the record saved (`rolling_back`) first, then the cache pointer is
@@ -331,6 +330,7 @@ class ModelTrial:
         stack = self._stack
         cache = stack.cache if stack is not None else None
         p = cache.pointer() if cache is not None else {"current": None, "previous": None}
+        self._load()  # the last trial's record, before the stack is built too
         with self._lock:
             rec = dict(self._rec) if self._rec is not None else None
             ev = self.taps.ev

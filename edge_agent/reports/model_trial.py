@@ -62,7 +62,7 @@ def build_rollback_report(trial: Mapping[str, Any], origin: Origin,
     return Report(
         id=new_report_id(wall), kind=ReportKind.MODEL_ROLLBACK,
         fault=f"model_rollback:{str(cand['sha256'])[:12]}", title=title, wall=wall, mono=mono,
-        origin=origin, scope=Scope(("policy model",)), measures=measures,
+        origin=origin, scope=Scope(()), measures=measures,  # the policy runs on
         recovery=("The previous model decides from now; nothing moved by itself. The "
                   "candidate stays marked bad until a person installs it again with "
                   "\"allow_bad\": true (a new trial)."),
