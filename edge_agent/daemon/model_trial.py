@@ -41,6 +41,7 @@ from edge_agent.daemon.trial_store import (
     TrialStore,
     card_summary,
     read_baseline,
+    utc_text,
 )
 from edge_agent.inference.trial_rules import (
     REGRESSION,
@@ -162,14 +163,14 @@ class ModelTrial:
             raise UpdateRefused(
                 f"model.update refused: {rec.get('name')} {rec.get('version')} (sha256 "
                 f"{rec['sha256'][:12]}) is on trial ({ev.tasks}/{self.rules.tasks} tasks, at the "
-                f"latest until {_utc(rec.get('deadline_wall'))}); wait for its "
+                f"latest until {utc_text(rec.get('deadline_wall'))}); wait for its "
                 "model_committed or model_rolled_back event (status.model.trial)")
         bad = self.store.bad_entry(sha.lower())
         if bad is not None and not allow_bad:
             why = (bad.get("reasons") or ["a regression"])[0]
             raise UpdateRefused(
                 f"model.update refused: sha256 {sha[:12]} ({bad.get('name')} "
-                f"{bad.get('version')}) was rolled back on trial at {_utc(bad.get('wall'))} "
+                f"{bad.get('version')}) was rolled back on trial at {utc_text(bad.get('wall'))} "
                 f"and is marked bad: {why}. Fix the model, or install it anyway (a new trial) "
                 "with \"allow_bad\": true")
 
@@ -231,7 +232,7 @@ class ModelTrial:
         self._thread.start()
 
     def _run(self) -> None:
-        saved = time.monotonic()
+        saved, last = time.monotonic(), None  # the evidence is saved when it changed
         while not self._stop.is_set():
             self.taps.wake.wait(JUDGE_PERIOD_S)
             self.taps.wake.clear()
@@ -242,8 +243,10 @@ class ModelTrial:
                     return
             except Exception:  # a bad step must not end the watch
                 _log.exception("model_trial_step_failed")
-            if time.monotonic() - saved >= SAVE_PERIOD_S:
-                saved = time.monotonic()
+            ev = self.taps.ev
+            if ev is not None and time.monotonic() - saved >= SAVE_PERIOD_S \
+                    and (now := ev.as_dict()) != last:
+                saved, last = time.monotonic(), now
                 self._save()
 
     def step(self, now_wall: float | None = None) -> bool:
@@ -391,9 +394,3 @@ def _baseline(d: Any) -> Baseline | None:
     if not isinstance(d, Mapping):
         return None
     return Baseline(int(d.get("episodes") or 0), int(d.get("successes") or 0))
-
-
-def _utc(wall: Any) -> str:
-    if not isinstance(wall, int | float):
-        return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall))

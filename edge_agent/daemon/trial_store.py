@@ -146,3 +146,10 @@ def card_summary(cache_dir: Path | None, sha: str | None,
             return {"name": None, "version": None, "sha256": sha}
         memo[sha] = {"name": card.name, "version": card.version, "sha256": sha}
     return memo[sha]
+
+
+def utc_text(wall: Any) -> str:
+    """A wall time as `2026-12-06 06:07:37 UTC` ("?" for none)."""
+    if not isinstance(wall, int | float):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(wall))
