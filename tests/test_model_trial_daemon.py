@@ -45,6 +45,29 @@ def same_policy_new_bytes(directory: Path, version: str) -> Path:
     return out
 
 
+def always_abort(directory: Path, version: str) -> Path:
+    """A policy that proposes `abort` at every decision (the executor always accepts it): every
+    task it decides ends aborted by the policy. Same inputs, outputs and card meaning."""
+    from inference_models import policy_tool
+    from onnx import numpy_helper
+
+    tool = policy_tool()
+    model = tool.build_mlp(seed=3)
+    for init in model.graph.initializer:
+        if init.name in ("W3", "b3"):
+            zero = numpy_helper.to_array(init) * 0
+            if init.name == "b3":
+                zero[3] = 10.0  # Action.ABORT
+            init.CopyFrom(numpy_helper.from_array(zero.astype("float32"), init.name))
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"aborter-{version}.onnx"
+    out.write_bytes(model.SerializeToString())
+    card = tool.card_for(_sha(out), name="aborter", version=version, seed=3, hidden=64,
+                         nan=False)
+    out.with_name(out.stem + ".card.json").write_text(json.dumps(card))
+    return out
+
+
 def _model(d: DaemonProc) -> dict[str, Any]:
     """status.model, checked against docs/asyncapi.yaml's ModelStatus."""
     m = dict(d.socket_cmd("status")["result"]["model"])
@@ -214,3 +237,42 @@ def test_kill_9_during_a_trial_rolls_back_at_the_restart(
         assert "died during the trial" in _reports(again, "model_rollback")[0]["title"]
     finally:
         assert again.stop() == 0
+
+
+def test_a_worse_success_rate_rolls_back_against_the_previous_models_record(
+        tmp_path: Path, broker: Mosquitto) -> None:
+    """The success rule end to end: five tasks of the trained policy are its record in the
+    episode journal; a candidate that aborts every task is rolled back by the binomial test
+    (p0 5/5, p_ref 0.90, level 0.05 / 10: after its third task, P = 0.001)."""
+    from edge_agent.store.episodes import read_episodes
+
+    drop = tmp_path / "drop"
+    worse = always_abort(drop, "0.9.0-aborts")
+    d = _daemon(tmp_path, broker, drop, "inference.trial_tasks=10").start()
+    try:
+        d.wait_ready()
+        wait_ready_for_tasks(d)
+        base = [_run_task(d) for _ in range(5)]
+        assert base.count("success") >= 4, base  # the trained policy on the simulated robot
+        wait_until(lambda: len(list(read_episodes(d.state_dir / "journal"))) >= 5, 30,
+                   "the five episodes on disk")
+        assert _update(d, worse)["ok"]
+        t = _model(d)["trial"]
+        assert t["baseline"] == {"episodes": 5, "successes": base.count("success")}, t
+        outcomes = []
+        while _model(d)["trial"]["state"] == "on_trial":
+            assert len(outcomes) < 10, outcomes
+            outcomes.append(_run_task(d))
+        wait_until(lambda: _model(d)["trial"]["state"] == "rolled_back", 30, "rolled back")
+        m = _model(d)
+        t = m["trial"]
+        assert all(o == "aborted" for o in outcomes), outcomes
+        assert any("task success 0/" in r for r in t["verdict"]["reasons"]), t
+        s = t["verdict"]["success"]
+        assert s["reject"] and s["p_value"] < s["level"] and s["n"] == len(outcomes), s
+        assert m["current"]["sha256"] == _sha(TRAINED)
+        wait_until(lambda: bool(_reports(d, "model_rollback")), 30, "the rollback report")
+        print(f"\nsuccess rule: rolled back after {len(outcomes)} aborted tasks "
+              f"(P = {s['p_value']:.4g} < {s['level']:.4g}); baseline {base}")
+    finally:
+        assert d.stop() == 0

@@ -81,8 +81,10 @@ def test_the_baseline_is_the_previous_models_newest_judged_episodes() -> None:
            {"model": {"sha256": "b"}, "outcome": "failed"},
            {"model": {"sha256": "a"}, "outcome": "aborted"},
            {"model": {"sha256": "a"}, "outcome": "failed"},
-           {"model": None, "outcome": "success"}]
-    assert baseline_of(eps, "a") == Baseline(2, 1)
+           {"model": None, "outcome": "success"},
+           {"model": {"sha256": "a"}, "outcome": "aborted", "message": "aborted by the policy"},
+           {"model": {"sha256": "a"}, "outcome": "aborted", "message": "cancelled"}]
+    assert baseline_of(eps, "a") == Baseline(3, 1)  # a policy's abort is its failure
     assert baseline_of(eps, None) == Baseline(0, 0)
 
 

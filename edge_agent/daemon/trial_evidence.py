@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from edge_agent.inference.trial_rules import UNUSABLE_MODES, Evidence
+from edge_agent.inference.trial_rules import UNUSABLE_MODES, Evidence, judged
 from edge_agent.vocab import EventType
 
 CANDIDATE = "local"  # the backend that runs the model model.update installed
@@ -73,12 +73,12 @@ class EvidenceTaps:
             return
         kind = event.get("type")
         if kind == EventType.TASK_DONE:
-            outcome = event.get("outcome")
-            if outcome in ("success", "failed"):
-                ev.tasks += 1
-                ev.successes += outcome == "success"
-            else:
+            verdict = judged(event.get("outcome"), event.get("message"))
+            if verdict is None:
                 ev.aborted += 1
+            else:
+                ev.tasks += 1
+                ev.successes += verdict
         elif kind == EventType.DIAGNOSTIC:
             ev.l3 += 1
         elif kind == EventType.DEGRADED and event.get("mode") in UNUSABLE_MODES:

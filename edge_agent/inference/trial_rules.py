@@ -5,8 +5,10 @@ The daemon's shell (daemon/model_trial.py) counts the evidence and acts on the v
 `on_trial` (keep watching), `regression` (roll back at once, file a report, mark the candidate
 bad) or `committed`.
 
-A trial ends at whichever comes first: `tasks` judged tasks (ended `success` or `failed`; an
-`aborted` task — cancelled, stopped — is counted but judges nothing) or `seconds` since it began.
+A trial ends at whichever comes first: `tasks` judged tasks or `seconds` since it began. A task
+is judged when it ended `success` or `failed`, or `aborted` by the policy itself (the model's own
+decision: a failure); one an operator cancelled or another task superseded is counted as
+`aborted` and judges nothing.
 No regression by then: committed. Any one of these is a regression, checked after every piece of
 evidence:
 
@@ -46,6 +48,7 @@ SLOW_FRACTION = 0.05
 BASELINE_EPISODES = 50
 MIN_BASELINE = 5
 UNUSABLE_MODES = frozenset({"cached_policy", "rule_policy"})
+POLICY_ABORT = "aborted by the policy"  # the executor's task_done message (executor/driver.py)
 ON_TRIAL, REGRESSION, COMMITTED = "on_trial", "regression", "committed"
 
 
@@ -73,7 +76,7 @@ class TrialRules:
 class Evidence:
     """What was counted while on trial (persisted with the trial; JSON round trip)."""
 
-    tasks: int = 0  # judged: success + failed
+    tasks: int = 0  # judged: success, failed, aborted by the policy
     successes: int = 0
     aborted: int = 0
     l3: int = 0
@@ -144,6 +147,16 @@ def binom_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, sum(math.comb(n, i) * p ** i * (1.0 - p) ** (n - i) for i in range(k + 1)))
 
 
+def judged(outcome: Any, message: Any) -> bool | None:
+    """A task's end as evidence: True (a success), False (a failure: failed, or aborted by the
+    policy), None (judges nothing: cancelled, superseded)."""
+    if outcome == "success":
+        return True
+    if outcome == "failed" or (outcome == "aborted" and message == POLICY_ABORT):
+        return False
+    return None
+
+
 def baseline_of(episodes: Iterable[Mapping[str, Any]], sha: str | None) -> Baseline:
     """The newest `BASELINE_EPISODES` judged episodes (success/failed) decided by model `sha`;
     `episodes` newest first (episode journal records, store/episodes.py)."""
@@ -154,11 +167,11 @@ def baseline_of(episodes: Iterable[Mapping[str, Any]], sha: str | None) -> Basel
         model = rec.get("model")
         if not isinstance(model, Mapping) or model.get("sha256") != sha:
             continue
-        outcome = rec.get("outcome")
-        if outcome not in ("success", "failed"):
+        verdict = judged(rec.get("outcome"), rec.get("message"))
+        if verdict is None:
             continue
         n += 1
-        s += outcome == "success"
+        s += verdict
         if n >= BASELINE_EPISODES:
             break
     return Baseline(n, s)
