@@ -67,6 +67,7 @@ def build_rollback_report(trial: Mapping[str, Any], origin: Origin,
                   "candidate stays marked bad until a person installs it again with "
                   "\"allow_bad\": true (a new trial)."),
         checks=(*(f"Why the candidate failed: {r}" for r in reasons[:4]),
-                "Replay the trial's episodes (`edge-agent journal episodes`) and run the gate "
-                "(`edge-agent model gate`) on the candidate against the restored model."),
+                "Replay the trial's episodes (`edge-agent journal episodes`) and gate the "
+                "candidate against the restored model again (docs/MODELS.md) before another "
+                "trial."),
         details=details, window=None, decisions=tuple(dict(d) for d in decisions))
