@@ -100,6 +100,7 @@ class ModelTrial:
         self._thread: threading.Thread | None = None
         self._cards: dict[str, dict[str, Any]] = {}
         self._loaded = False
+        self._load_lock = threading.Lock()
 
     def attach(self, file_report: ReportFiler,
                listen: Callable[[Callable[[dict[str, Any]], None]], None]) -> None:
@@ -147,11 +148,12 @@ class ModelTrial:
         self._roll_back(rec, v, ev, at_start=True)
 
     def _load(self) -> dict[str, Any] | None:
-        if not self._loaded:
-            self._loaded = True
-            rec = self.store.load_trial()
-            with self._lock:
-                self._rec = rec
+        with self._load_lock:  # status (command worker) and at_start (start-up) may race
+            if not self._loaded:
+                rec = self.store.load_trial()
+                with self._lock:
+                    self._rec = rec
+                self._loaded = True
         return self._rec
 
     # -- model.update ----------------------------------------------------------------------
