@@ -76,11 +76,12 @@ class PolicyLoader:
                                 decision_sink=self._on_decision,
                                 settings_hook=lambda s: replace(s, grip_force_band_n=band),
                                 session_factory=factory)
+            # an open trial whose process died rolls back first (before model.update may run)
+            self.trial.at_start(stack)
             with self._lock:
                 self._executor.policy = stack.router  # decisions from here on go through it
                 self.router_journals = True
             self.stack = stack
-            self.trial.at_start(stack)  # an open trial whose process died rolls back first
             stack.load()
         except Exception as exc:  # the rule-based expert keeps deciding
             _log.exception("inference_start_failed")
