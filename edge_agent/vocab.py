@@ -171,6 +171,8 @@ class EventType(StrEnum):
     MODEL_INSTALLED = "model_installed"
     MODEL_REJECTED = "model_rejected"
     MODEL_CACHE_CORRUPT = "model_cache_corrupt"
+    SHADOW_STARTED = "shadow_started"  # model.shadow: a candidate runs beside the policy
+    SHADOW_STOPPED = "shadow_stopped"  # stopped (its report filed) or dropped by a restart
 
 
 class DegradationMode(StrEnum):

@@ -239,6 +239,9 @@ class InferenceSection:
     # Ed25519 public keys (`ed25519:<base64>`, from `edge-agent model keygen`): when set, only
     # models whose card a listed key signed are installed or loaded.
     trusted_keys: tuple[str, ...] = opt("strlist", ())
+    # model.shadow: the shadow report is filed after this many compared decisions (and again
+    # when the shadow is stopped); 0: only when stopped.
+    shadow_report_after: int = opt("int", 2000, lo=0, hi=10_000_000)
 
 
 def _probe_period() -> Any:

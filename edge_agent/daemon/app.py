@@ -122,6 +122,7 @@ class Daemon:
                                      decisions=self.decisions, model_status=self.policy.status,
                                      publish_event=self.comms.event,
                                      publish_report=self.comms.publish_report)
+        self.policy.shadow.attach_reports(self.reports.outbox.submit, self.reports.origin)
         self.rig: SimRig | None = None
         self.startup_ms: float | None = None
         self.link_up_ms: float | None = None  # since exec: the guardian's first link-up state
@@ -293,7 +294,7 @@ class Daemon:
             "link_up_ms": self.link_up_ms, "config_hash": self.cfg.hash, "sim": self.sim,
             **self.state(), "executor": self.executor.status(),
             "journal": self.decisions.stats() if self.decisions is not None else None,
-            "inference": self.policy.status(),
+            "inference": self.policy.status(), "model": {"shadow": self.policy.shadow.status()},
             "link": {**self.mirror.summary(), "watch": self.control.watch.summary()},
             "reports": self.reports.status(),
             "loop": {**loop, "gc": self.gc_stats.as_dict()} if loop else None,

@@ -15,6 +15,7 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.daemon.shadow import ShadowControl
 from edge_agent.log import get_logger
 from edge_agent.vocab import EventType
 
@@ -45,6 +46,8 @@ class PolicyLoader:
         self.router_journals = False  # the router's records replace the executor's own
         self.result: dict[str, Any] | None = None  # for status.background
         self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
+        # model.shadow: a candidate beside the policy, fed every decision (daemon/shadow.py)
+        self.shadow = ShadowControl(cfg, lambda: self.stack, self.unavailable, journal, publish)
 
     def start(self) -> dict[str, Any]:
         """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
@@ -131,6 +134,7 @@ class PolicyLoader:
                 "ms": ms, "model_ready": stack.model_ready(), "policy": self.in_use()}
 
     def stop(self) -> None:
+        self.shadow.stop()
         if self.stack is not None:
             self.stack.stop()
 
@@ -140,3 +144,4 @@ class PolicyLoader:
     def _on_decision(self, rec: Any) -> None:
         if self._journal is not None:
             self._journal.record(rec.as_dict())
+        self.shadow.offer(rec)  # the same observation to a shadow candidate, if one runs
