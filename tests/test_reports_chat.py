@@ -84,7 +84,8 @@ def missing_fields(text: str, r: Report, topic: str) -> list[str]:
              ReportKind.DIAGNOSIS: r.fault.partition(":")[2],
              ReportKind.MODE_ENTERED: str(r.details.get("mode")),
              ReportKind.MODE_LEFT: str(r.details.get("mode")),
-             ReportKind.DRIFT: str(r.details.get("verdict"))}[r.kind]
+             ReportKind.DRIFT: str(r.details.get("verdict")),
+             ReportKind.SHADOW: "agreement"}[r.kind]
     want = {"title": f"## {_one(r.title)}\n", "cause": "**Cause:** <font color=",
             "cause value": cause, "device": f"**Device:** {r.origin.device}",
             "time": f"**Time:** {utc(r.wall)}", "done": "**Done:**",
@@ -149,8 +150,25 @@ def _drift(shift: bool) -> Report:
     return build_drift_report(this, last, 0.15, 500.0, ORIGIN, mono=1.0)
 
 
+def _shadow() -> Report:
+    """A shadow candidate's summary: grasp decisions that differ, with their task and step."""
+    from edge_agent.inference.shadow_tally import ShadowTally
+    from edge_agent.reports.shadow import build_shadow_report
+
+    t = ShadowTally()
+    for i in range(300):
+        state = ("approach", "grasp", "lift")[i % 3]
+        shadow = "retry_alternative" if state == "grasp" and i % 2 else "continue"
+        t.count(state, "continue", shadow, 0.3, 0.2, "job-1", i, "local")
+    summary = {"candidate": {"name": "policy", "version": "c-7", "sha256": "ab" * 32},
+               "since": time.time() - 60, **t.summary(), "dropped": 0, "skipped": 0,
+               "errors": 0, "report_after": 300}
+    return build_shadow_report(summary, "after", ORIGIN, wall=time.time(), mono=1.0)
+
+
 def _all_kinds() -> list[Report]:
-    reports = [_stop(c) for c in StopCause] + [_diagnosis(), _drift(True), _drift(False)]
+    reports = [_stop(c) for c in StopCause] + [_diagnosis(), _drift(True), _drift(False),
+                                               _shadow()]
     for m in DegradationMode:
         for entered in (True, False):
             reports.append(_mode(m.value, entered))

@@ -16,6 +16,7 @@ from typing import Any
 
 LATENCY_WINDOW = 4096
 MAX_EXAMPLES = 20  # differing decisions kept for the report (the first ones)
+EXAMPLES_PER_KIND = 3  # of one (state, acting, shadow): a run of one difference is one example
 
 
 def percentile(values: Iterable[float], q: float) -> float | None:
@@ -52,6 +53,7 @@ class ShadowTally:
         self.per_state: dict[str, list[int]] = {}  # state -> [decisions, agree]
         self.confusion: dict[str, dict[str, int]] = {}  # acting -> shadow -> n
         self.examples: list[dict[str, Any]] = []
+        self._example_kinds: dict[tuple[str, str, str], int] = {}
         self.differ = 0
         self._lat: dict[str, _Latencies] = {}
         self._all = _Latencies()
@@ -77,7 +79,10 @@ class ShadowTally:
             ring.shadow.append(shadow_ms)
         if not same:
             self.differ += 1
-            if len(self.examples) < MAX_EXAMPLES:
+            kind = (state, acting, shadow)
+            seen = self._example_kinds.get(kind, 0)
+            if len(self.examples) < MAX_EXAMPLES and seen < EXAMPLES_PER_KIND:
+                self._example_kinds[kind] = seen + 1
                 self.examples.append({"task_id": task_id, "step": step, "state": state,
                                       "acting": acting, "shadow": shadow,
                                       "acting_backend": backend})

@@ -49,13 +49,18 @@ def build_shadow_report(summary: Mapping[str, Any], why: str, origin: Origin, *,
     recovery = ("Nothing changed on the robot. Where they differ, look at the tasks and steps "
                 "listed (`edge-agent journal episodes`); install the candidate with "
                 "model.update only if its decisions there are the better ones.")
+    checks = ("The states with the lowest agreement, and the confusion: which actions the "
+              "candidate would have taken instead.",
+              "The decisions listed where they differ: the task and step in `edge-agent journal "
+              "episodes`; the candidate's own decisions are in the shadow journal beside the "
+              "decisions (`<state_dir>/journal/shadow.*.jnl`).")
     details = {"why": why, **{k: summary.get(k) for k in (
         "candidate", "since", "decisions", "agreement", "differ", "per_state", "latency",
         "confusion", "examples", "dropped", "skipped", "errors", "report_after")}}
     return Report(
         id=report_id or new_report_id(wall), kind=ReportKind.SHADOW,
         fault=f"shadow:{str(c.get('sha256'))[:12]}", title=title, wall=wall, mono=mono,
-        origin=origin, scope=Scope(()), measures=measures, recovery=recovery, checks=(),
+        origin=origin, scope=Scope(()), measures=measures, recovery=recovery, checks=checks,
         details=details, window=None, decisions=())
 
 
