@@ -3,6 +3,7 @@
     edge-agent model keygen --out release.key        private key (0600); prints the public key
     edge-agent model sign MODEL.onnx --key release.key [--version V]
     edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
+    edge-agent model shadow MODEL.onnx --sha256 HEX | --stop   (model_shadow_cli.py)
 
 `sign` writes (or rewrites) MODEL.card.json beside the model with the model's sha256 and an
 Ed25519 signature (edge_agent/inference/model_signing.py); a model without a card gets one
@@ -39,11 +40,18 @@ def add_parser(sub: Any) -> None:
     vf.add_argument("--config", metavar="PATH", help="use this config's inference.trusted_keys")
     vf.add_argument("--public-key", action="append", default=[], metavar="ed25519:...",
                     help="a trusted public key (repeatable)")
+    from edge_agent.model_shadow_cli import add_parser as add_shadow
+
+    add_shadow(msub)  # `model shadow` (edge_agent/model_shadow_cli.py): on the running daemon
 
 
 def run(a: argparse.Namespace) -> int:
     from edge_agent.inference.model_card import ModelError
 
+    if a.model_command == "shadow":
+        from edge_agent.model_shadow_cli import run as run_shadow
+
+        return run_shadow(a)
     try:
         return {"keygen": _keygen, "sign": _sign, "verify": _verify}[a.model_command](a)
     except ModelError as exc:

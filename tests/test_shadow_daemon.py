@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,9 @@ def test_shadow_candidates_beside_the_acting_policy(tmp_path: Path, broker: Mosq
         idle = d.socket_cmd("model.shadow", {"stop": True})
         assert idle["ok"] and idle["result"]["stopped"] is False, idle
 
-        # the shipped model against itself
-        ok = d.socket_cmd("model.shadow", {"uri": str(same), "sha256": _sha(same)}, timeout=30)
-        assert ok["ok"], ok
+        # the shipped model against itself, started with the CLI (it finds the daemon's socket)
+        rc, ok = _cli("model", "shadow", str(same), "--sha256", _sha(same))
+        assert rc == 0 and ok["ok"], ok
         assert ok["result"]["shadow"]["sha256"] == ok["result"]["acting"]["sha256"]
         again = d.socket_cmd("model.shadow", {"uri": str(cand), "sha256": _sha(cand)})
         assert not again["ok"] and again["error"]["code"] == "busy", again
@@ -94,8 +96,9 @@ def test_shadow_candidates_beside_the_acting_policy(tmp_path: Path, broker: Mosq
         assert s is not None and s["active"] and s["decisions"] >= REPORT_AFTER, s
         # every decision the shipped model made itself agreed (under load a decision may fall
         # back to the rule backend: those may differ, and say so)
-        stopped = d.socket_cmd("model.shadow", {"stop": True})["result"]
-        assert stopped["stopped"] and stopped["report"], stopped
+        rc, reply = _cli("model", "shadow", "--stop")
+        stopped = reply["result"]
+        assert rc == 0 and stopped["stopped"] and stopped["report"], stopped
         examples = _reports_wait(d, 2)[-1]["details"]["examples"]
         assert all(e["acting_backend"] != "local" for e in examples), examples
         assert s["agreement"] >= 0.9 and set(s["per_state"]) >= {"approach"}, s
@@ -150,6 +153,51 @@ def test_shadow_candidates_beside_the_acting_policy(tmp_path: Path, broker: Mosq
     assert not any((r.backend or "").startswith("shadow") for r in read_decisions(j))
 
 
+def _cli(*args: str) -> tuple[int, dict[str, Any]]:
+    p = subprocess.run([sys.executable, "-m", "edge_agent.cli", *args, "--device", "dev1",
+                        "--json", "--timeout", "30"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    out = json.loads(p.stdout)
+    assert isinstance(out, dict), p.stderr
+    return p.returncode, out
+
+
 def _reports_wait(d: DaemonProc, n: int) -> list[dict[str, Any]]:
     wait_until(lambda: len(_reports(d)) >= n, 60, f"{n} shadow reports on disk")
     return _reports(d)
+
+
+def test_with_trusted_keys_only_a_signed_candidate_shadows(tmp_path: Path) -> None:
+    """As model.update: an unsigned candidate is refused, naming why; a signed one runs."""
+    from edge_agent.inference.model_card import ModelCard, card_path_for
+    from edge_agent.inference.model_signing import generate_key, sign_card
+
+    pem, public = generate_key()
+    drop = tmp_path / "drop"
+    drop.mkdir(mode=0o755)
+    shipped = tmp_path / "shipped.onnx"  # the acting model, signed
+    shutil.copyfile(SHIPPED, shipped)
+    shutil.copyfile(SHIPPED.with_suffix(".card.json"), card_path_for(shipped))
+    unsigned = make_policy(drop, "unsigned", seed=5)
+    signed = make_policy(drop, "signed", seed=7, version="7.0.0")
+    for m in (shipped, signed):
+        card_path_for(m).write_text(sign_card(ModelCard.load(card_path_for(m)), pem).dumps())
+    d = DaemonProc(tmp_path, None, extra=(
+        f"inference.model={shipped}", f"inference.update_dir={drop}",
+        f'inference.trusted_keys=["{public}"]')).start()
+    try:
+        d.wait_ready()
+        wait_until(lambda: (d.socket_cmd("status")["result"]["inference"] or {}).get("model")
+                   is not None, 60, "the signed model loaded")
+        r = d.socket_cmd("model.shadow", {"uri": str(unsigned), "sha256": _sha(unsigned)},
+                         timeout=30)
+        assert not r["ok"] and r["error"]["code"] == "refused", r
+        assert "unsigned: the card has no signature" in r["error"]["message"], r
+        assert _shadow(d) is None
+        ok = d.socket_cmd("model.shadow", {"uri": str(signed), "sha256": _sha(signed)},
+                          timeout=30)
+        assert ok["ok"] and ok["result"]["shadow"]["version"] == "7.0.0", ok
+        s = _shadow(d)
+        assert s is not None and s["active"] and s["candidate"]["sha256"] == _sha(signed)
+    finally:
+        assert d.stop() == 0
