@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the shadow's model (default: a copy of the shipped model)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable), e.g. "
-                         "control.decision_hz=200 (a decision, and a shadow run, every tick)")
+                         "control.decision_hz=100 with inference.deadline_ms=10 (five times "
+                         "sim.toml's decisions, and shadow runs)")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-shadow-"))
     drop = tmp / "drop"
@@ -89,8 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     ok_tasks: dict[bool, int] = {False: 0, True: 0}
     shadows: list[dict[str, Any]] = []
     try:
-        wait_for(lambda: ctl.status()["link_up"], 60, "the daemon's link up")
-        wait_for(lambda: (ctl.status()["inference"] or {}).get("model"), 60, "the model")
+        def up() -> bool:
+            if daemon.poll() is not None:
+                raise SystemExit("the daemon exited: " + (tmp / "daemon.log").read_text()[-600:])
+            return bool(ctl.status()["link_up"])
+
+        wait_for(up, 180, "the daemon's link up")
+        wait_for(lambda: (ctl.status()["inference"] or {}).get("model"), 120, "the model")
         st = ctl.status()
         period = 1.0 / float(st["loop"]["rate_hz"]) if st.get("loop") else 1 / 200
         for k in range(2 * a.pairs):
