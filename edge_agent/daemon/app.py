@@ -22,7 +22,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from edge_agent import __version__
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
 from edge_agent.config import Config
@@ -41,7 +40,7 @@ from edge_agent.daemon.reporting import DaemonReports
 from edge_agent.daemon.signals import route_signals
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
 from edge_agent.daemon.startup_work import StartupWork
-from edge_agent.daemon.state import state_fields
+from edge_agent.daemon.state import daemon_state, daemon_status
 from edge_agent.daemon.stops import StopPath
 from edge_agent.daemon.supervisor import Supervisor
 from edge_agent.errors import EdgeAgentError
@@ -278,32 +277,13 @@ class Daemon:
         self.save_snapshot()
         return self.writer.flush(timeout=1.0)
 
-    # -- what it tells -----------------------------------------------------------------------
+    # -- what it tells (daemon/state.py builds both from the parts) -------------------------
     def state(self) -> dict[str, Any]:
         """The retained `state` (MQTT) and the first fields of `status`."""
-        degraded = self.health.degraded() if self.health is not None else []
-        return state_fields(self.executor, self.latch, self.mirror, self.policy.in_use(),
-                            degraded)
+        return daemon_state(self)
 
     def status(self) -> dict[str, Any]:
-        now = time.monotonic()
-        loop = self.control.loop_status()
-        return {
-            "device": self.cfg.device.id, "version": __version__, "boot_id": self.boot_id,
-            "uptime_s": round(now - self.started_mono, 3), "startup_ms": self.startup_ms,
-            "link_up_ms": self.link_up_ms, "config_hash": self.cfg.hash, "sim": self.sim,
-            **self.state(), "executor": self.executor.status(),
-            "journal": self.decisions.stats() if self.decisions is not None else None,
-            "inference": self.policy.status(), "model": {"shadow": self.policy.shadow.status()},
-            "link": {**self.mirror.summary(), "watch": self.control.watch.summary()},
-            "reports": self.reports.status(),
-            "loop": {**loop, "gc": self.gc_stats.as_dict()} if loop else None,
-            "background": self.startup.results,
-            "threads": [h.as_dict() for h in self.threads.health()],
-            # subscribed (a command published now is received); why not: `mqtt`'s error
-            "mqtt_connected": self.comms.mqtt_ready, "mqtt": self.comms.mqtt_status(),
-            "health": self.health.status() if self.health is not None else None,
-        }
+        return daemon_status(self)
 
     def telemetry(self) -> dict[str, Any]:
         return self.control.telemetry(self.mirror.last_status, self.mirror.frames)
