@@ -201,3 +201,12 @@ def test_with_trusted_keys_only_a_signed_candidate_shadows(tmp_path: Path) -> No
         assert s is not None and s["active"] and s["candidate"]["sha256"] == _sha(signed)
     finally:
         assert d.stop() == 0
+    # a restart drops the shadow (it lives in memory only): start it again after one
+    d = DaemonProc(tmp_path, None, extra=(
+        f"inference.model={shipped}", f"inference.update_dir={drop}",
+        f'inference.trusted_keys=["{public}"]')).start()
+    try:
+        d.wait_ready()
+        assert _shadow(d) is None
+    finally:
+        assert d.stop() == 0

@@ -69,8 +69,9 @@ class ShadowControl:
         runner = self.runner
         if runner is None:
             return
-        mark = self._journal.episode if self._journal is not None else None
-        if mark is not None and mark.task_id is not None:
+        j = self._journal
+        mark = j.episode if j is not None and j.enabled and not j.shedding else None
+        if mark is not None and mark.task_id is not None:  # record() just took its step
             runner.offer(rec, mark.task_id, mark.step - 1)
         else:
             runner.offer(rec)
