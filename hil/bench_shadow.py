@@ -11,7 +11,12 @@ frames' arrival times from the simulated robot (period error |Δt − period|, m
 periods, as hil/bench_control_loop.py); in the daemon: each acting decision's latency from the
 decision journal (the router's request → decision, on the control thread). Prints median, P99
 and max for both sets of windows and the ratio on/off, and the shadow's own figures (dropped,
-candidate latency). Alternating windows in one run keep the VM's minute-to-minute noise out of
+candidate latency). `--in-process` measures the seam alone, without the robot: a 200 Hz loop
+thread in this process (absolute deadlines, as the control loop) that hands a recorded decision
+to `ShadowRunner.offer()` every tick (SCHED_FIFO 20 as sim.toml's control thread, `--priority`),
+in alternating 2 s windows with no shadow, and with the
+shadow's worker running the candidate; it prints the ticks' lateness and what `offer()` itself
+took on the loop thread. Alternating windows in one run keep the VM's minute-to-minute noise out of
 the comparison; on a 2-core shared VM the ratio still moves by some tens of percent run to run.
 """
 
@@ -58,6 +63,85 @@ def _decision_latencies(state_dir: Path, t0: float, t1: float) -> list[float]:
             if t0 <= d.t <= t1 and d.latency_ms == d.latency_ms]
 
 
+def in_process(candidate: Path, windows: int, window_s: float = 2.0,
+               rate_hz: float = 200.0, nice: int = 0, priority: int = 20) -> None:
+    """The seam alone (see the module docstring)."""
+    import os
+    import sys
+    import threading
+    import time
+
+    import numpy as np
+
+    from edge_agent.inference.assembly import ACTION_LABELS, OBS_FIELD_UNITS
+    from edge_agent.inference.backend import DecisionRecord
+    from edge_agent.inference.model_cache import ModelCache
+    from edge_agent.inference.model_card import ModelCard
+    from edge_agent.inference.shadow import ShadowRunner
+    from edge_agent.policy_seam import OBS_DIM
+
+    sys.setswitchinterval(0.0002)  # as the daemon sets it (daemon/app.py)
+    tmp = Path(tempfile.mkdtemp(prefix="edge-bench-shadow-ip-"))
+    cache = ModelCache(tmp, fields=OBS_FIELD_UNITS, labels=ACTION_LABELS)
+    data = candidate.read_bytes()
+    card_path = candidate.with_suffix(".card.json")
+    card = ModelCard.load(card_path) if card_path.exists() else None
+    session, card = cache.verify(data, card, sha256=hashlib.sha256(data).hexdigest())[:2]
+    rng = np.random.default_rng(0)
+    recs = [DecisionRecord(0.0, "approach", tuple(float(x) for x in rng.uniform(-1, 1, OBS_DIM)),
+                           "continue", "local", 0.2, "ok", ()) for _ in range(256)]
+    period = 1.0 / rate_hz
+    late: dict[bool, list[float]] = {False: [], True: []}
+    offer: dict[bool, list[float]] = {False: [], True: []}
+    runner: ShadowRunner | None = None
+    fifo_refused: list[str] = []
+    for k in range(2 * windows):
+        on = k % 2 == 1
+        runner = ShadowRunner(session, card, report_after=0, nice=nice) if on else None
+        if runner is not None:
+            runner.start()  # from this thread: SCHED_OTHER, as the daemon's command worker
+
+        def loop(on: bool = on, runner: ShadowRunner | None = runner) -> None:
+            if priority > 0:  # this thread only, as the daemon's control thread
+                try:
+                    os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+                except OSError as exc:
+                    fifo_refused.append(str(exc))
+            deadline = time.monotonic() + period
+            end = deadline + window_s
+            i = 0
+            while deadline < end:
+                rem = deadline - time.monotonic()
+                if rem > 0:
+                    time.sleep(rem)
+                late[on].append(max(0.0, time.monotonic() - deadline) * 1e3)
+                t0 = time.perf_counter()
+                if runner is not None:
+                    runner.offer(recs[i % len(recs)])
+                offer[on].append((time.perf_counter() - t0) * 1e3)
+                i += 1
+                deadline += period
+
+        t = threading.Thread(target=loop, name="loop")
+        t.start()
+        t.join()
+        if runner is not None:
+            s = runner.stop()
+            print(f"  window {k + 1}: shadow compared {s['decisions']}, dropped {s['dropped']}, "
+                  f"candidate P99 {s['latency']['shadow_p99_ms']} ms")
+    shutil.rmtree(tmp, ignore_errors=True)
+    a, b = _stats(late[False]), _stats(late[True])
+    how = f"SCHED_FIFO {priority}" if priority > 0 and not fifo_refused else "SCHED_OTHER"
+    print(f"in-process {rate_hz:g} Hz loop thread ({how}; shadow thread nice {nice}), "
+          f"{windows} + {windows} windows of {window_s:g} s, a decision offered every tick; "
+          f"candidate {candidate.name}" + (f"; FIFO refused: {fifo_refused[0]}"
+                                           if fifo_refused else ""))
+    print(_fmt("  tick lateness, shadow off", a))
+    print(_fmt("  tick lateness, shadow on ", b))
+    print(_fmt("  offer() on the loop thread, shadow on", _stats(offer[True])))
+    print(f"  ratio on/off: lateness P99 {_ratio(b, a, 'p99')}, median {_ratio(b, a, 'p50')}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--pairs", type=int, default=4, help="off/on task pairs (default 4)")
@@ -67,7 +151,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="extra daemon config override (repeatable), e.g. "
                          "control.decision_hz=100 with inference.deadline_ms=10 (five times "
                          "sim.toml's decisions, and shadow runs)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="the seam alone: a 200 Hz loop thread offering every tick, no daemon")
+    ap.add_argument("--nice", type=int, default=0, help="--in-process: the shadow thread's nice")
+    ap.add_argument("--priority", type=int, default=20,
+                    help="--in-process: the loop thread's SCHED_FIFO priority, as "
+                         "control.priority (0: SCHED_OTHER)")
     a = ap.parse_args(argv)
+    if a.in_process:
+        in_process(a.candidate or SHIPPED, a.pairs, nice=a.nice, priority=a.priority)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-shadow-"))
     drop = tmp / "drop"
     drop.mkdir(mode=0o755)
