@@ -64,7 +64,7 @@ def _decision_latencies(state_dir: Path, t0: float, t1: float) -> list[float]:
 
 
 def in_process(candidate: Path, windows: int, window_s: float = 2.0,
-               rate_hz: float = 200.0, nice: int = 0, priority: int = 20) -> None:
+               rate_hz: float = 200.0, worker_priority: int = 1, priority: int = 20) -> None:
     """The seam alone (see the module docstring)."""
     import os
     import sys
@@ -97,7 +97,8 @@ def in_process(candidate: Path, windows: int, window_s: float = 2.0,
     fifo_refused: list[str] = []
     for k in range(2 * windows):
         on = k % 2 == 1
-        runner = ShadowRunner(session, card, report_after=0, nice=nice) if on else None
+        runner = (ShadowRunner(session, card, report_after=0, priority=worker_priority)
+                  if on else None)
         if runner is not None:
             runner.start()  # from this thread: SCHED_OTHER, as the daemon's command worker
 
@@ -132,7 +133,8 @@ def in_process(candidate: Path, windows: int, window_s: float = 2.0,
     shutil.rmtree(tmp, ignore_errors=True)
     a, b = _stats(late[False]), _stats(late[True])
     how = f"SCHED_FIFO {priority}" if priority > 0 and not fifo_refused else "SCHED_OTHER"
-    print(f"in-process {rate_hz:g} Hz loop thread ({how}; shadow thread nice {nice}), "
+    print(f"in-process {rate_hz:g} Hz loop thread ({how}; shadow worker "
+          f"{'SCHED_FIFO ' + str(worker_priority) if worker_priority else 'SCHED_OTHER'}), "
           f"{windows} + {windows} windows of {window_s:g} s, a decision offered every tick; "
           f"candidate {candidate.name}" + (f"; FIFO refused: {fifo_refused[0]}"
                                            if fifo_refused else ""))
@@ -153,13 +155,16 @@ def main(argv: list[str] | None = None) -> int:
                          "sim.toml's decisions, and shadow runs)")
     ap.add_argument("--in-process", action="store_true",
                     help="the seam alone: a 200 Hz loop thread offering every tick, no daemon")
-    ap.add_argument("--nice", type=int, default=0, help="--in-process: the shadow thread's nice")
+    ap.add_argument("--worker-priority", type=int, default=1,
+                    help="--in-process: the shadow worker's SCHED_FIFO, as "
+                         "inference.shadow_priority (0: SCHED_OTHER)")
     ap.add_argument("--priority", type=int, default=20,
                     help="--in-process: the loop thread's SCHED_FIFO priority, as "
                          "control.priority (0: SCHED_OTHER)")
     a = ap.parse_args(argv)
     if a.in_process:
-        in_process(a.candidate or SHIPPED, a.pairs, nice=a.nice, priority=a.priority)
+        in_process(a.candidate or SHIPPED, a.pairs, worker_priority=a.worker_priority,
+                   priority=a.priority)
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-shadow-"))
     drop = tmp / "drop"

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 _log = get_logger(__name__)
 STATUS_KEYS = ("candidate", "since", "decisions", "agreement", "per_state", "latency", "dropped",
-               "skipped", "errors", "last_error", "queued", "journaled", "report_after")
+               "skipped", "errors", "last_error", "queued", "journaled", "report_after",
+               "scheduling")
 
 
 class ShadowControl:
@@ -46,6 +47,7 @@ class ShadowControl:
                  unavailable: Callable[[], str | None], journal: DecisionJournal | None,
                  publish: Callable[[dict[str, Any]], None]) -> None:
         self.report_after = int(cfg.inference.shadow_report_after)
+        self.priority = int(cfg.inference.shadow_priority)
         self._stack = stack
         self._unavailable = unavailable
         self._journal = journal
@@ -114,7 +116,8 @@ class ShadowControl:
                 raise CommandRefused(ErrorCode.REFUSED, msg if msg.startswith("model rejected")
                                      else f"model rejected: {msg}") from exc
             runner = ShadowRunner(session, card, record=self._record(),
-                                  report_after=self.report_after, on_report=self._report_due)
+                                  report_after=self.report_after, on_report=self._report_due,
+                                  priority=self.priority)
             runner.start()
             self.runner = runner  # from the next decision on, offer() hands it over
         cand = {"name": card.name, "version": card.version, "sha256": card.sha256}
