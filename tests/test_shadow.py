@@ -147,3 +147,20 @@ def test_verify_refuses_a_bad_sha_like_install(tmp_path: Path) -> None:
     cache = ModelCache(tmp_path / "cache", fields=OBS_FIELD_UNITS, labels=ACTION_LABELS)
     with pytest.raises(ModelError, match="sha256 mismatch"):
         cache.verify(SHIPPED.read_bytes(), None, sha256="0" * 64)
+
+
+def test_the_worker_says_which_scheduling_it_got(tmp_path: Path) -> None:
+    """inference.shadow_priority: SCHED_FIFO when the process may (root, CAP_SYS_NICE), else
+    SCHED_OTHER with the refusal — the shadow runs either way."""
+    session, card = _verified(tmp_path, SHIPPED)
+    runner = ShadowRunner(session, card, priority=1, poll_s=0.005)
+    runner.start()
+    try:
+        runner.offer(_acting(session, 1)[0])
+        wait_until(lambda: runner.summary()["decisions"] == 1, 30, "one compared")
+        got = runner.summary()["scheduling"]
+        assert got == "SCHED_FIFO 1" or got.startswith("SCHED_OTHER (SCHED_FIFO 1 refused"), got
+    finally:
+        runner.stop()
+    plain = ShadowRunner(session, card)
+    assert plain.summary()["scheduling"] == "SCHED_OTHER"
