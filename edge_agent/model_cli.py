@@ -4,6 +4,7 @@
     edge-agent model sign MODEL.onnx --key release.key [--version V]
     edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
     edge-agent model status [--config CFG] [--json]   the running daemon's models (trial too)
+    edge-agent model shadow MODEL.onnx --sha256 HEX | --stop   (model_shadow_cli.py)
 
 `sign` writes (or rewrites) MODEL.card.json beside the model with the model's sha256 and an
 Ed25519 signature (edge_agent/inference/model_signing.py); a model without a card gets one
@@ -43,12 +44,19 @@ def add_parser(sub: Any) -> None:
     from edge_agent.model_status_cli import add_status_parser
 
     add_status_parser(msub)  # `model status` (model_status_cli.py): the running daemon's models
+    from edge_agent.model_shadow_cli import add_parser as add_shadow
+
+    add_shadow(msub)  # `model shadow` (edge_agent/model_shadow_cli.py): on the running daemon
 
 
 def run(a: argparse.Namespace) -> int:
     from edge_agent.inference.model_card import ModelError
     from edge_agent.model_status_cli import run_status
 
+    if a.model_command == "shadow":
+        from edge_agent.model_shadow_cli import run as run_shadow
+
+        return run_shadow(a)
     try:
         return {"keygen": _keygen, "sign": _sign, "verify": _verify,
                 "status": run_status}[a.model_command](a)

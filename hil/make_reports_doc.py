@@ -17,7 +17,8 @@ of the daemon and its restart (an unclean restart); then, on a private Mosquitto
 entered and left (the mode reports); then a model trial rolled back by a latency regression
 injected at the ONNX seam (hil/trial_doc.py: the `model_rollback` report); then the drift
 report: a run with the trained policy, and one with an untrained policy and a 45 s
-`journal.drift_period_s` (run_drift).
+`journal.drift_period_s` (run_drift); then a shadow candidate's report (hil/shadow_doc.py
+run_shadow).
 """
 
 from __future__ import annotations
@@ -175,6 +176,9 @@ def run_faults(state_dir: Path, chat: Receiver) -> None:
     from hil.drift_doc import run_drift  # the drift pair (it uses this module's Daemon)
 
     run_drift(state_dir, sets)
+    from hil.shadow_doc import run_shadow  # a shadow candidate's report (model.shadow)
+
+    run_shadow(state_dir, sets)
     wait(lambda: _all_in_chat(state_dir, chat), 120, "every report in the chat")
 
 
@@ -234,21 +238,28 @@ def write_doc(state_dir: Path, out: Path, chat: Receiver) -> list[str]:
     parts = [HEADER]
     names = []
     for key, rep in chosen.items():
-        name = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")[:60]
+        name, text = report_part(state_dir, shots, key, rep, sent)
         names.append(name)
-        src = state_dir / "reports"
-        md = (src / f"{rep['id']}.md").read_text(encoding="utf-8")
-        png = src / f"{rep['id']}.png"
-        if png.exists():
-            shutil.copyfile(png, shots / f"{name}.png")
-        shutil.copyfile(src / f"{rep['id']}.json", shots / f"{name}.json")
-        md = md.replace(f"]({rep['id']}.png)", f"](reports/{name}.png)")
-        (shots / f"{name}.md").write_text(md.replace("](reports/", "]("), encoding="utf-8")
-        md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
-        parts += [f"\n---\n\n<!-- {rep['fault']}: report {rep['id']}, generated -->\n", md,
-                  _chat_part(name, rep["id"], sent)]
+        parts.append(text)
     (out / "REPORTS.md").write_text("".join(parts), encoding="utf-8")
     return names
+
+
+def report_part(state_dir: Path, shots: Path, key: str, rep: dict[str, Any],
+                sent: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """One report's files copied into `shots` and its section of REPORTS.md (name, text)."""
+    name = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")[:60]
+    src = state_dir / "reports"
+    md = (src / f"{rep['id']}.md").read_text(encoding="utf-8")
+    png = src / f"{rep['id']}.png"
+    if png.exists():
+        shutil.copyfile(png, shots / f"{name}.png")
+    shutil.copyfile(src / f"{rep['id']}.json", shots / f"{name}.json")
+    md = md.replace(f"]({rep['id']}.png)", f"](reports/{name}.png)")
+    (shots / f"{name}.md").write_text(md.replace("](reports/", "]("), encoding="utf-8")
+    md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
+    return name, "".join((f"\n---\n\n<!-- {rep['fault']}: report {rep['id']}, generated -->\n",
+                          md, _chat_part(name, rep["id"], sent)))
 
 
 def _chat_part(name: str, rid: str, sent: dict[str, dict[str, Any]]) -> str:
@@ -296,7 +307,11 @@ decisions and episodes counted, and a verdict against `journal.drift_threshold`;
 action distribution as bars, last period above this one. A model trial that ends in a rollback
 (docs/MODELS.md "Trial, commit and rollback") files a report of kind `model_rollback` on the same
 path: the candidate and the model restored, the reasons, the evidence counted, the rules, the
-success test's figures and the last decisions with their latencies.
+success test's figures and the last decisions with their latencies. A shadow candidate
+(`model.shadow`, docs/MODELS.md) files a report on the same path (kind `shadow`,
+daemon/shadow.py) after `inference.shadow_report_after` compared decisions and when it is
+stopped: agreement with the acting policy overall and per executor state, the confusion of their
+actions, the latency of both, and the first decisions where they differ (task id and step).
 
 **The chat message is a summary, not the report.** WeCom's classic `msgtype: markdown` renders
 headings, bold, links, inline code, quotes and `<font color>` (info, comment, warning) only: a

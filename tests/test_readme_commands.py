@@ -86,6 +86,11 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m pip wheel\b", WHEEL),
     ("docs/INSTALL.md:block", r"^edge-agent model (keygen|sign|verify) ", MODEL),
     ("", r"^(\.venv/bin/)?edge-agent model status\b", _DAEMON),
+    ("", r"^edge-agent model shadow\b",
+     "needs a running daemon with a model and the candidate in inference.update_dir "
+     "(tests/test_shadow_daemon.py runs it against one)"),
+    ("", r"^python3? -m hil\.shadow_doc\b",
+     "a real daemon's tasks with a shadow candidate, appended to docs/REPORTS.md (minutes)"),
     ("", r"^edge-agent model ", "names placeholder files (policy.onnx, ed25519:...): INSTALL.md "
                                 "§4's block runs keygen, sign and verify"),
     ("", r"^(\.venv/bin/)?edge-agent check-config (?!/etc/)", HERE),

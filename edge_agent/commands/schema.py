@@ -20,7 +20,7 @@ from edge_agent.vocab import ErrorCode
 
 COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",
-    "manual.exit", "status", "model.update", "failure.inject", "journal.label",
+    "manual.exit", "status", "model.update", "failure.inject", "journal.label", "model.shadow",
 )
 ENVELOPE = frozenset({"v", "id", "expires_at", "ts"})
 JOG_TTL_MAX_MS = 200
@@ -315,6 +315,21 @@ def _model_update(a: dict[str, Any]) -> dict[str, Any]:
     })
 
 
+def _model_shadow(a: dict[str, Any]) -> dict[str, Any]:
+    """`{"uri", "sha256", "version"?}` starts a shadow, `{"stop": true}` stops it."""
+    _keys(a, frozenset({"uri", "sha256", "version", "stop"}), "")
+    if "stop" in a:
+        if a["stop"] is not True:
+            raise _Bad(f"stop: expected true, got {_short(a['stop'])}")
+        extra = sorted(k for k in a if k != "stop")
+        if extra:
+            raise _Bad(f"stop: give it alone (not with {', '.join(extra)})")
+        return {"stop": True}
+    if "uri" not in a:
+        raise _Bad('uri: required to start a shadow (or {"stop": true} to stop one)')
+    return _model_update(a)
+
+
 def _failure_inject(a: dict[str, Any]) -> dict[str, Any]:
     _keys(a, frozenset({"target", "mode", "duration_s", "severity", "latency_ms"}), "")
     target = _string(a, "target", "", required=True, max_len=64)
@@ -360,5 +375,6 @@ VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "model.update": _model_update,
     "failure.inject": _failure_inject,
     "journal.label": _journal_label,
+    "model.shadow": _model_shadow,
 }
 assert set(VALIDATORS) == set(COMMANDS)

@@ -249,6 +249,12 @@ class InferenceSection:
     trial_alpha: float = opt("float", 0.05, lo=0.0, lo_open=True, hi=0.5)
     trial_margin: float = opt("float", 0.10, lo=0.0, hi=1.0,
                               hint="success-rate drop from the previous model's tolerated")
+    # model.shadow: the shadow report is filed after this many compared decisions (and again
+    # when the shadow is stopped); 0: only when stopped.
+    shadow_report_after: int = opt("int", 2000, lo=0, hi=10_000_000)
+    # SCHED_FIFO of the shadow's worker thread (0: SCHED_OTHER); below control.priority: a
+    # worker preempted while it holds the GIL delays the control thread (inference/shadow.py)
+    shadow_priority: int = opt("int", 1, lo=0, hi=98)
 
 
 def _probe_period() -> Any:

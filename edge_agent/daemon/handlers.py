@@ -47,6 +47,7 @@ class CommandHandlers:
 
     def register(self, api: CommandAPI) -> None:
         for name, fn in (("status", self.status), ("model.update", self.model_update),
+                         ("model.shadow", self.policy.shadow.command),
                          ("estop", self.estop), ("reset", self.reset),
                          ("failure.inject", self.failure_inject),
                          ("task.start", self.task_start), ("task.cancel", self.task_cancel),

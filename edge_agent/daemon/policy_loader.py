@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.daemon.model_trial import ModelTrial
+from edge_agent.daemon.shadow import ShadowControl
 from edge_agent.log import get_logger
 from edge_agent.vocab import EventType
 
@@ -46,10 +47,9 @@ class PolicyLoader:
         self.router_journals = False  # the router's records replace the executor's own
         self.result: dict[str, Any] | None = None  # for status.background
         self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
-        # the trial after model.update (daemon/model_trial.py); `shadow_status` is set by the
-        # shadow runner when there is one (status.model.shadow, null without)
-        self.trial = ModelTrial(cfg, publish)
-        self.shadow_status: Callable[[], dict[str, Any] | None] | None = None
+        self.trial = ModelTrial(cfg, publish)  # the trial after model.update (model_trial.py)
+        # model.shadow: a candidate beside the policy, fed every decision (daemon/shadow.py)
+        self.shadow = ShadowControl(cfg, lambda: self.stack, self.unavailable, journal, publish)
 
     def start(self) -> dict[str, Any]:
         """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
@@ -123,8 +123,7 @@ class PolicyLoader:
 
     def model_status(self) -> dict[str, Any]:
         """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow."""
-        shadow = self.shadow_status
-        return {**self.trial.status(), "shadow": shadow() if shadow is not None else None}
+        return {**self.trial.status(), "shadow": self.shadow.status()}
 
     def update_model(self, uri: str, sha256: str, version: str | None,
                      allow_bad: bool = False) -> dict[str, Any]:
@@ -153,6 +152,7 @@ class PolicyLoader:
 
     def stop(self) -> None:
         self.trial.stop()
+        self.shadow.stop()
         if self.stack is not None:
             self.stack.stop()
 
@@ -164,3 +164,4 @@ class PolicyLoader:
         self.trial.taps.on_decision(rec)  # the control thread: counters only
         if self._journal is not None:
             self._journal.record(rec.as_dict())
+        self.shadow.offer(rec)  # the same observation to a shadow candidate, if one runs

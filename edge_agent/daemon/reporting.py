@@ -131,6 +131,10 @@ class DaemonReports:
         rec = DiagnosisRecord(time.time(), float(record.get("time", 0.0)), dict(record))
         self.submit(rec)
 
+    def origin(self) -> Origin:
+        """Which robot, boot, config and model a report comes from (a report source's call)."""
+        return self._origin()
+
     # -- on the outbox thread --------------------------------------------------------------
     def _origin(self) -> Origin:
         sha = None
