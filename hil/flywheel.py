@@ -271,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = accepted_by_daemon_checks(cand)
     print(f"fine-tune + evaluation {t_train:.0f} s; candidate {card['version']} "
           f"(unsigned); the daemon's card checks: {problems or 'accepted'}")
-    summary = {"tasks": len(rows), "succeeded": ok, "tasks_s": round(t_tasks),
+    from edge_agent.inference.model_card import sha256_file
+
+    summary = {"parent": {"path": str(a.parent), "sha256": sha256_file(a.parent)},
+               "tasks": len(rows), "succeeded": ok, "tasks_s": round(t_tasks),
                "labels": labels, "dataset": {k: exp[k] for k in ("episodes", "frames", "bytes")},
                "export_s": round(t_export, 1), "finetune_s": round(t_train),
                "targets": tr["targets"], "evaluation": ev, "card_problems": problems}

@@ -116,6 +116,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m hil\.flywheel\b",
      "a real daemon's 200 tasks, labels, export, fine-tune and evaluation: most of an hour, a "
      "benchmark (tests/test_finetune_policy.py runs the fine-tune on a small export)"),
+    ("", r"^python3? models/train_policy\.py\b",
+     "trains from ~200 lock-step episodes: ~10 minutes of CPU, a benchmark "
+     "(tests/test_train_skip_class.py checks --skip-class)"),
     ("", r"^python3? models/finetune_policy\.py\b",
      "needs an exported dataset and minutes of held-out episodes: tests/test_finetune_policy.py "
      "runs it on a three-episode export"),
