@@ -1,4 +1,4 @@
-"""models/train_policy.py --skip-class: a deliberately weaker parent for the flywheel (docs/FLYWHEEL.md).
+"""models/train_policy.py --skip-class: a weaker parent on purpose (docs/FLYWHEEL.md).
 
 Left-out classes get no demonstration; every other class keeps the seeds and severities it has
 without the option (so a weaker parent differs from the shipped recipe only where it says);
