@@ -180,6 +180,10 @@ def _policy(r: Mapping[str, Any]) -> str:
     model = inf.get("model")
     if isinstance(model, Mapping):
         text += f", model {model.get('name')} {model.get('version')}"
+    trial = (r.get("model") or {}).get("trial") if isinstance(r.get("model"), Mapping) else None
+    if isinstance(trial, Mapping) and trial.get("state") == "on_trial":
+        text += (f", on trial {trial.get('tasks_done')}/{trial.get('tasks_required')} tasks "
+                 "(`edge-agent model status`)")
     return text
 
 

@@ -1,9 +1,11 @@
-"""`edge-agent model keygen | gate | sign | verify`: the release side of signed policy models.
+"""`edge-agent model keygen | gate | sign | verify | status | shadow`: signed policy models.
 
     edge-agent model keygen --out release.key        private key (0600); prints the public key
     edge-agent model gate CANDIDATE.onnx (--current PATH | --config CFG) [--out RECORD.json]
     edge-agent model sign MODEL.onnx --key release.key [--version V] [--gate RECORD.json]
     edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
+    edge-agent model status [--config CFG] [--json]   the running daemon's models (trial too)
+    edge-agent model shadow MODEL.onnx --sha256 HEX | --stop   (model_shadow_cli.py)
 
 `gate` (hil/gate.py) runs candidate and current lock-step on the simulated robot and writes an
 evaluation record; `sign --gate` binds it into the card (the `gate` field, under the signature;
@@ -48,14 +50,25 @@ def add_parser(sub: Any) -> None:
     vf.add_argument("--config", metavar="PATH", help="use this config's inference.trusted_keys")
     vf.add_argument("--public-key", action="append", default=[], metavar="ed25519:...",
                     help="a trusted public key (repeatable)")
+    from edge_agent.model_status_cli import add_status_parser
+
+    add_status_parser(msub)  # `model status` (model_status_cli.py): the running daemon's models
+    from edge_agent.model_shadow_cli import add_parser as add_shadow
+
+    add_shadow(msub)  # `model shadow` (edge_agent/model_shadow_cli.py): on the running daemon
 
 
 def run(a: argparse.Namespace) -> int:
     from edge_agent.inference.model_card import ModelError
+    from edge_agent.model_status_cli import run_status
 
+    if a.model_command == "shadow":
+        from edge_agent.model_shadow_cli import run as run_shadow
+
+        return run_shadow(a)
     try:
         return {"keygen": _keygen, "sign": _sign, "verify": _verify,
-                "gate": _gate}[a.model_command](a)
+                "gate": _gate, "status": run_status}[a.model_command](a)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

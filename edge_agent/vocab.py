@@ -171,6 +171,12 @@ class EventType(StrEnum):
     MODEL_INSTALLED = "model_installed"
     MODEL_REJECTED = "model_rejected"
     MODEL_CACHE_CORRUPT = "model_cache_corrupt"
+    # the model trial after model.update (daemon/model_trial.py, docs/MODELS.md)
+    MODEL_TRIAL_STARTED = "model_trial_started"
+    MODEL_COMMITTED = "model_committed"
+    MODEL_ROLLED_BACK = "model_rolled_back"
+    SHADOW_STARTED = "shadow_started"  # model.shadow: a candidate runs beside the policy
+    SHADOW_STOPPED = "shadow_stopped"  # stopped (its report filed) or dropped by a restart
 
 
 class DegradationMode(StrEnum):

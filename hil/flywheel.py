@@ -1,7 +1,7 @@
 """The data flywheel end to end: a real --sim daemon's tasks, labels over MQTT, export, fine-tune.
 
     python -m hil.flywheel [--tasks 200] [--label 30] [--faults mixed] [--out /tmp/flywheel]
-        [--eval-episodes 4] [--epochs 30] [--seed 1]
+        [--eval-episodes 4] [--epochs 30] [--seed 1] [--parent MODEL.onnx]
 
 1. One real `edge-agent run --sim` daemon (hil/daemon_proc.py; the trained model decides) with a
    private Mosquitto (tests/mosquitto.py, the shipped ACL) runs `--tasks` pick-and-place tasks
@@ -214,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="held-out lock-step episodes per fault class and model")
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--parent", type=Path, default=PARENT,
+                    help="the model the daemon runs and the fine-tune starts from (default: the "
+                         "shipped one; e.g. a weaker one from models/train_policy.py "
+                         "--skip-class)")
     a = ap.parse_args(argv)
+    a.parent = a.parent.resolve()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a log file
     if a.out.exists():
         raise SystemExit(f"{a.out} exists: give another --out")
@@ -228,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         # a 1 s deadman, as tests/test_journal_label_daemon.py: on this loaded 2-core VM the
         # default tripped mid-approach (a protective stop; the task frozen to its timeout)
         d = Daemon(state, [f"device.id={DEVICE}", f"mqtt.port={broker.port}",
-                           f'mqtt.password="{DEVICE_PW}"', f"inference.model={PARENT}",
+                           f'mqtt.password="{DEVICE_PW}"', f"inference.model={a.parent}",
                            "link.deadman_ms=1000"])
         dd = d
         wait_for(lambda: status(dd)["link_up"] and status(dd)["mqtt_connected"]
@@ -255,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
           f"left out {exp['left_out']}; export {t_export:.1f} s (the daemon running)")
     t2 = time.monotonic()
     cand = a.out / "candidate.onnx"
-    res = cli("models/finetune_policy.py", "--parent", str(PARENT), "--dataset",
+    res = cli("models/finetune_policy.py", "--parent", str(a.parent), "--dataset",
               str(a.out / "dataset"), "--out", str(cand), "--seed", str(a.seed), "--epochs",
               str(a.epochs), "--eval-episodes", str(a.eval_episodes))
     t_train = time.monotonic() - t2
@@ -266,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = accepted_by_daemon_checks(cand)
     print(f"fine-tune + evaluation {t_train:.0f} s; candidate {card['version']} "
           f"(unsigned); the daemon's card checks: {problems or 'accepted'}")
-    summary = {"tasks": len(rows), "succeeded": ok, "tasks_s": round(t_tasks),
+    from edge_agent.inference.model_card import sha256_file
+
+    summary = {"parent": {"path": str(a.parent), "sha256": sha256_file(a.parent)},
+               "tasks": len(rows), "succeeded": ok, "tasks_s": round(t_tasks),
                "labels": labels, "dataset": {k: exp[k] for k in ("episodes", "frames", "bytes")},
                "export_s": round(t_export, 1), "finetune_s": round(t_train),
                "targets": tr["targets"], "evaluation": ev, "card_problems": problems}

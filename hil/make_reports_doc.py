@@ -14,8 +14,11 @@ Faults: the e-stop button pressed; a collision while a task runs; the serial lin
 unrecoverable weak gripper until L3 (`executor.l3_threshold=3` so one task reaches it); a kill -9
 of the daemon and its restart (an unclean restart); then, on a private Mosquitto
 (tests/mosquitto.py; skipped without one), the broker stopped and started again: `broker_lost`
-entered and left (the mode reports); then the drift report: a run with the trained policy, and
-one with an untrained policy and a 45 s `journal.drift_period_s` (run_drift).
+entered and left (the mode reports); then a model trial rolled back by a latency regression
+injected at the ONNX seam (hil/trial_doc.py: the `model_rollback` report); then the drift
+report: a run with the trained policy, and one with an untrained policy and a 45 s
+`journal.drift_period_s` (run_drift); then a shadow candidate's report (hil/shadow_doc.py
+run_shadow).
 """
 
 from __future__ import annotations
@@ -167,9 +170,15 @@ def run_faults(state_dir: Path, chat: Receiver) -> None:
     finally:
         d.stop()
     run_broker_loss(state_dir, sets)
+    from hil.trial_doc import run_trial_rollback  # a model trial's rollback (docs/MODELS.md)
+
+    run_trial_rollback(state_dir, sets)
     from hil.drift_doc import run_drift  # the drift pair (it uses this module's Daemon)
 
     run_drift(state_dir, sets)
+    from hil.shadow_doc import run_shadow  # a shadow candidate's report (model.shadow)
+
+    run_shadow(state_dir, sets)
     wait(lambda: _all_in_chat(state_dir, chat), 120, "every report in the chat")
 
 
@@ -229,21 +238,28 @@ def write_doc(state_dir: Path, out: Path, chat: Receiver) -> list[str]:
     parts = [HEADER]
     names = []
     for key, rep in chosen.items():
-        name = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")[:60]
+        name, text = report_part(state_dir, shots, key, rep, sent)
         names.append(name)
-        src = state_dir / "reports"
-        md = (src / f"{rep['id']}.md").read_text(encoding="utf-8")
-        png = src / f"{rep['id']}.png"
-        if png.exists():
-            shutil.copyfile(png, shots / f"{name}.png")
-        shutil.copyfile(src / f"{rep['id']}.json", shots / f"{name}.json")
-        md = md.replace(f"]({rep['id']}.png)", f"](reports/{name}.png)")
-        (shots / f"{name}.md").write_text(md.replace("](reports/", "]("), encoding="utf-8")
-        md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
-        parts += [f"\n---\n\n<!-- {rep['fault']}: report {rep['id']}, generated -->\n", md,
-                  _chat_part(name, rep["id"], sent)]
+        parts.append(text)
     (out / "REPORTS.md").write_text("".join(parts), encoding="utf-8")
     return names
+
+
+def report_part(state_dir: Path, shots: Path, key: str, rep: dict[str, Any],
+                sent: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """One report's files copied into `shots` and its section of REPORTS.md (name, text)."""
+    name = re.sub(r"[^a-z0-9]+", "-", key.lower()).strip("-")[:60]
+    src = state_dir / "reports"
+    md = (src / f"{rep['id']}.md").read_text(encoding="utf-8")
+    png = src / f"{rep['id']}.png"
+    if png.exists():
+        shutil.copyfile(png, shots / f"{name}.png")
+    shutil.copyfile(src / f"{rep['id']}.json", shots / f"{name}.json")
+    md = md.replace(f"]({rep['id']}.png)", f"](reports/{name}.png)")
+    (shots / f"{name}.md").write_text(md.replace("](reports/", "]("), encoding="utf-8")
+    md = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", md, flags=re.M)
+    return name, "".join((f"\n---\n\n<!-- {rep['fault']}: report {rep['id']}, generated -->\n",
+                          md, _chat_part(name, rep["id"], sent)))
 
 
 def _chat_part(name: str, rid: str, sent: dict[str, dict[str, Any]]) -> str:
@@ -288,7 +304,14 @@ capabilities lost, the fallback in use, the recovery rule and the next probe's t
 (kind `drift`, daemon/drift.py): this period's action distribution per executor state against
 the last period's (KL, nats, overall and per state), success rate, L3 count, labels given,
 decisions and episodes counted, and a verdict against `journal.drift_threshold`; its plot is the
-action distribution as bars, last period above this one.
+action distribution as bars, last period above this one. A model trial that ends in a rollback
+(docs/MODELS.md "Trial, commit and rollback") files a report of kind `model_rollback` on the same
+path: the candidate and the model restored, the reasons, the evidence counted, the rules, the
+success test's figures and the last decisions with their latencies. A shadow candidate
+(`model.shadow`, docs/MODELS.md) files a report on the same path (kind `shadow`,
+daemon/shadow.py) after `inference.shadow_report_after` compared decisions and when it is
+stopped: agreement with the acting policy overall and per executor state, the confusion of their
+actions, the latency of both, and the first decisions where they differ (task id and step).
 
 **The chat message is a summary, not the report.** WeCom's classic `msgtype: markdown` renders
 headings, bold, links, inline code, quotes and `<font color>` (info, comment, warning) only: a
@@ -314,7 +337,8 @@ sink sends today.
 simulated robot (configs/sim.toml, `executor.l3_threshold=3`, `link.deadman_ms=250` as in the
 daemon tests, no broker, the chat webhook at a real local receiver), injected each fault at the
 firmware side of the tty, then stopped and restarted a private Mosquitto under a daemon
-connected to it (`broker_lost` entered and left), and copied the reports the daemon wrote and
+connected to it (`broker_lost` entered and left), rolled back a model on trial (a latency
+regression injected at the ONNX seam: hil/trial_doc.py), and copied the reports the daemon wrote and
 the chat messages the receiver got. One report per fault kind below; the PNGs and each report's
 JSON are in docs/reports/.
 

@@ -78,8 +78,11 @@ def train_seed_base(seed: int) -> int:
     return (10 + seed) * 1_000_000
 
 
-def demonstration_jobs(seed: int, per_class: int) -> list[EpisodeJob]:
-    """Per fault class `per_class` episodes, alternately driven by the expert / always-advance."""
+def demonstration_jobs(seed: int, per_class: int,
+                       skip: Sequence[str] = ()) -> list[EpisodeJob]:
+    """Per fault class `per_class` episodes, alternately driven by the expert / always-advance.
+    `skip`: class labels left out (a deliberately weaker policy; the other classes keep their
+    seeds and severities)."""
     rng = random.Random(seed)
     jobs = []
     for ci, fc in enumerate(FAULT_CLASSES):
@@ -87,6 +90,8 @@ def demonstration_jobs(seed: int, per_class: int) -> list[EpisodeJob]:
             sev = fc.severity
             if fc.train_severity is not None:
                 sev = round(rng.uniform(*fc.train_severity), 3)
+            if fc.label in skip:
+                continue
             jobs.append(EpisodeJob(train_seed_base(seed) + ci * CLASS_SEED_STRIDE + i, fc.fault,
                                    sev, "expert" if i % 2 == 0 else "always_advance",
                                    transient=fc.transient))
@@ -358,13 +363,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--eval-episodes", type=int, default=30,
                     help="held-out episodes per fault class and policy")
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--skip-class", action="append", default=[], metavar="LABEL",
+                    help="leave this fault class out of the demonstrations (repeatable): a "
+                         "deliberately weaker parent, e.g. for hil.flywheel --parent")
     ap.add_argument("--hidden", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=120)
     ap.add_argument("--jobs", type=int, choices=(1, 2), default=2,
                     help="processes (2 = this one and one forked worker); results do not change")
     a = ap.parse_args(argv)
+    unknown = sorted(set(a.skip_class) - {fc.label for fc in FAULT_CLASSES})
+    if unknown:
+        ap.error(f"--skip-class: no fault class {unknown}; the classes: "
+                 + ", ".join(fc.label for fc in FAULT_CLASSES))
     t0 = time.perf_counter()
-    jobs = demonstration_jobs(a.seed, a.train_episodes)
+    jobs = demonstration_jobs(a.seed, a.train_episodes, a.skip_class)
     records = run_jobs(jobs, a.jobs)
     x, y = stack(records)
     counts = np.bincount(y, minlength=N_ACTIONS)
@@ -380,7 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sha = hashlib.sha256(model).hexdigest()
     data = {"episodes": len(records), "episodes_per_fault_class": a.train_episodes,
             "seed_base": train_seed_base(a.seed),
-            "fault_classes": [fc.label for fc in FAULT_CLASSES],
+            "fault_classes": [fc.label for fc in FAULT_CLASSES
+                              if fc.label not in a.skip_class],
+            **({"left_out_classes": a.skip_class} if a.skip_class else {}),
             "behaviour": "alternately ExpertPolicy / AlwaysAdvancePolicy, labels ExpertPolicy",
             "observations": len(y),
             "action_counts": dict(zip(LABELS, counts.tolist(), strict=True))}

@@ -16,7 +16,7 @@ from typing import Any
 
 COMMANDS = ("task.start", "task.cancel", "resume", "reset", "estop", "manual.enter",
             "manual.jog", "manual.exit", "status", "model.update", "failure.inject",
-            "journal.label")
+            "journal.label", "model.shadow")
 EXTRA_TOPICS = ("bogus", "task.stop", "Status")  # unknown command names (unknown_command)
 _FAILURES = {
     "sensor:wrist_force": ("dropout", "stuck", "noise", "spikes"),
@@ -65,6 +65,12 @@ def valid_args(name: str, rng: random.Random) -> dict[str, Any]:
         out["sha256"] = "".join(rng.choice("0123456789abcdef") for _ in range(64))
         if coin() < 0.5:
             out["version"] = "1.2.3"
+    elif name == "model.shadow":
+        if coin() < 0.3:
+            out["stop"] = True
+        else:
+            out["uri"] = rng.choice(["file:///nonexistent/c.onnx", "https://models.invalid/c"])
+            out["sha256"] = "".join(rng.choice("0123456789abcdef") for _ in range(64))
     elif name == "journal.label":
         out["task_id"] = f"t-{rng.randrange(1000)}"
         out["verdict"] = rng.choice(("correct", "wrong", "needs_work"))
@@ -151,6 +157,7 @@ ARG_KEYS: dict[str, tuple[str, ...]] = {
     "model.update": ("uri", "sha256", "version"),
     "failure.inject": ("target", "mode", "duration_s", "severity"),
     "journal.label": ("task_id", "verdict", "note", "step"),
+    "model.shadow": ("uri", "sha256", "version", "stop"),
 }
 
 

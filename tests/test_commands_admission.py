@@ -61,7 +61,7 @@ CELLS = _cells()
 def test_table_covers_every_design_command_and_mode() -> None:
     assert len(CELLS) == 10 * 7
     names = {c[0] for c in CELLS}
-    assert names | {"model.update", "journal.label"} == set(MATRIX)
+    assert names | {"model.update", "journal.label", "model.shadow"} == set(MATRIX)
 
 
 @pytest.mark.parametrize(("command", "mode", "symbol"), CELLS,
@@ -97,6 +97,15 @@ def test_model_update_refused_only_while_running() -> None:
     for mode in Mode:
         got = admit("model.update", mode, AdmissionContext())
         assert got.admitted == (mode is not Mode.RUNNING), mode
+
+
+def test_model_shadow_refused_only_while_running_with_busy() -> None:
+    # (issue 29: starting one loads a model beside the control thread; between tasks only)
+    for mode in Mode:
+        got = admit("model.shadow", mode, AdmissionContext())
+        assert got.admitted == (mode is not Mode.RUNNING), mode
+        if mode is Mode.RUNNING:
+            assert got.code is ErrorCode.BUSY and "between tasks" in got.message
 
 
 @pytest.mark.parametrize("mode", list(Mode))

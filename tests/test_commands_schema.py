@@ -87,6 +87,10 @@ def test_depth_limit_is_exact() -> None:
     ("manual.jog", {"dq": [0.1], "ttl_ms": 100, "ttl_msec": 5}, "unknown field 'ttl_msec'"),
     ("status", {"x": 1}, "unknown field 'x' (takes no arguments)"),
     ("model.update", {"uri": "file:///m.onnx", "sha256": "zz"}, "sha256: 'zz' does not match"),
+    ("model.shadow", {}, 'uri: required to start a shadow (or {"stop": true}'),
+    ("model.shadow", {"stop": 1}, "stop: expected true, got 1"),
+    ("model.shadow", {"stop": True, "uri": "/m.onnx"}, "stop: give it alone (not with uri)"),
+    ("model.shadow", {"uri": "/m.onnx"}, "sha256"),
     ("failure.inject", {"target": "sensor:", "mode": "stuck"}, "target: expected sensor:<channel>"),
     ("failure.inject", {"target": "gripper:x", "mode": "slip"}, "target: expected sensor:"),
     ("failure.inject", {"target": "laser", "mode": "on"}, "target: expected sensor:<channel>"),
@@ -116,6 +120,8 @@ def test_valid_arguments_are_normalised() -> None:
         assert _ok("failure.inject", target=target, mode=mode)["mode"] == mode
     assert _ok("model.update", uri="file:///m.onnx", sha256="ab" * 32)["sha256"] == "ab" * 32
     assert _ok("resume", task_id="t-1") == {"task_id": "t-1"}
+    assert _ok("model.shadow", stop=True) == {"stop": True}
+    assert _ok("model.shadow", uri="/d/c.onnx", sha256="ab" * 32)["uri"] == "/d/c.onnx"
     assert _ok("resume") == {}  # no task_id: the single saved task (issue #20)
     assert parse("status", {"v": 1, "id": "e", "expires_at": 1.5e9}, LIM).expires_at == 1.5e9
 

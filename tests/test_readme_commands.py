@@ -88,6 +88,12 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^edge-agent model gate ",
      "hundreds of lock-step episodes (minutes of CPU): tests/test_gate.py and "
      "tests/test_gate_daemon.py run it on a few episodes of a few fault classes"),
+    ("", r"^(\.venv/bin/)?edge-agent model status\b", _DAEMON),
+    ("", r"^edge-agent model shadow\b",
+     "needs a running daemon with a model and the candidate in inference.update_dir "
+     "(tests/test_shadow_daemon.py runs it against one)"),
+    ("", r"^python3? -m hil\.shadow_doc\b",
+     "a real daemon's tasks with a shadow candidate, appended to docs/REPORTS.md (minutes)"),
     ("", r"^edge-agent model ", "names placeholder files (policy.onnx, ed25519:...): INSTALL.md "
                                 "§4's block runs keygen, sign and verify"),
     ("", r"^(\.venv/bin/)?edge-agent check-config (?!/etc/)", HERE),
@@ -116,6 +122,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m hil\.gate_power\b", _BENCH),
     ("", r"^python3? models/make_bad_candidate\.py\b",
      "13 demonstration episodes and a fine-tune (a minute): tests/test_gate.py runs it"),
+    ("", r"^python3? models/train_policy\.py\b",
+     "trains from ~200 lock-step episodes: ~10 minutes of CPU, a benchmark "
+     "(tests/test_train_skip_class.py checks --skip-class)"),
     ("", r"^python3? models/finetune_policy\.py\b",
      "needs an exported dataset and minutes of held-out episodes: tests/test_finetune_policy.py "
      "runs it on a three-episode export"),

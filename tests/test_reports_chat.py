@@ -84,7 +84,9 @@ def missing_fields(text: str, r: Report, topic: str) -> list[str]:
              ReportKind.DIAGNOSIS: r.fault.partition(":")[2],
              ReportKind.MODE_ENTERED: str(r.details.get("mode")),
              ReportKind.MODE_LEFT: str(r.details.get("mode")),
-             ReportKind.DRIFT: str(r.details.get("verdict"))}[r.kind]
+             ReportKind.DRIFT: str(r.details.get("verdict")),
+             ReportKind.MODEL_ROLLBACK: str((r.details.get("reasons") or ["?"])[0]),
+             ReportKind.SHADOW: "agreement"}[r.kind]
     want = {"title": f"## {_one(r.title)}\n", "cause": "**Cause:** <font color=",
             "cause value": cause, "device": f"**Device:** {r.origin.device}",
             "time": f"**Time:** {utc(r.wall)}", "done": "**Done:**",
@@ -149,8 +151,40 @@ def _drift(shift: bool) -> Report:
     return build_drift_report(this, last, 0.15, 500.0, ORIGIN, mono=1.0)
 
 
+def _rollback() -> Report:
+    """A model trial's rollback (reports/model_trial.py) after a latency regression."""
+    from edge_agent.reports.model_trial import build_rollback_report
+
+    ref = {"name": "pick-place-policy", "version": "1.0.0", "sha256": "b6" * 32}
+    trial = {"sha256": "7e" * 32, "name": "pick-place-policy", "version": "1.0.1-rc1",
+             "previous": ref, "restored": ref, "started_wall": time.time() - 60,
+             "ended_wall": time.time(), "rules": {"tasks": 20, "latency_ms": 5.0},
+             "evidence": {"tasks": 0, "attempts": 5, "slow": 5, "worst_ms": 14.0},
+             "verdict": {"state": "regression", "reasons": [
+                 "decision latency: 5 of 5 attempts over the 5 ms budget (worst 14.0 ms; "
+                 "limit: 5 and 5%)"]}}
+    return build_rollback_report(trial, ORIGIN, [], wall=time.time(), mono=1.0)
+
+
+def _shadow() -> Report:
+    """A shadow candidate's summary: grasp decisions that differ, with their task and step."""
+    from edge_agent.inference.shadow_tally import ShadowTally
+    from edge_agent.reports.shadow import build_shadow_report
+
+    t = ShadowTally()
+    for i in range(300):
+        state = ("approach", "grasp", "lift")[i % 3]
+        shadow = "retry_alternative" if state == "grasp" and i % 2 else "continue"
+        t.count(state, "continue", shadow, 0.3, 0.2, "job-1", i, "local")
+    summary = {"candidate": {"name": "policy", "version": "c-7", "sha256": "ab" * 32},
+               "since": time.time() - 60, **t.summary(), "dropped": 0, "skipped": 0,
+               "errors": 0, "report_after": 300}
+    return build_shadow_report(summary, "after", ORIGIN, wall=time.time(), mono=1.0)
+
+
 def _all_kinds() -> list[Report]:
-    reports = [_stop(c) for c in StopCause] + [_diagnosis(), _drift(True), _drift(False)]
+    reports = [_stop(c) for c in StopCause] + [_diagnosis(), _drift(True), _drift(False),
+                                               _rollback(), _shadow()]
     for m in DegradationMode:
         for entered in (True, False):
             reports.append(_mode(m.value, entered))

@@ -337,6 +337,9 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     upd = h.command("model.update", {"uri": str(tmp_path), "sha256": "0" * 64}).to_dict()
     assert upd["error"]["code"] == "refused" and "no model is configured" in \
         upd["error"]["message"], upd
+    sh = h.command("model.shadow", {"uri": str(tmp_path), "sha256": "0" * 64}).to_dict()
+    assert sh["error"]["code"] == "refused" and "model.shadow refused: no model is configured" \
+        in sh["error"]["message"], sh
     start = h.command("task.start")
     assert start.ok
     task, place = start.result["task_id"], start.result["place"]

@@ -6,7 +6,11 @@ REFUSE (with a code). DESIGN.md's "—" (does not apply, e.g. `reset` in manual)
 `not_admitted` and a message saying what to do instead. `model.update` is not in DESIGN.md's
 table: it is admitted everywhere except while a task runs (a policy swap mid-task is refused).
 `journal.label` (a person's verdict on a decision or an episode) is admitted everywhere, like
-`status`: it only appends to the label file beside the journal.
+`status`: it only appends to the label file beside the journal. `model.shadow` (start or stop a
+candidate run beside the policy, never acting) is admitted everywhere except while a task runs:
+starting one reads, hashes and loads a model on the command worker (~0.1-1 s of CPU and GIL
+beside the control thread), and a shadow is meant to watch whole tasks — start it between
+them, like `model.update`; in a latched stop it is harmless (nothing moves either way).
 """
 
 from __future__ import annotations
@@ -111,6 +115,8 @@ MATRIX: Mapping[str, Mapping[Mode, Cell]] = {
     "failure.inject": {m: _if("debug.failure_injection") for m in Mode},
     "model.update": {**_EVERYWHERE,
                      Mode.RUNNING: _no(ErrorCode.BUSY, "a task is running; model swap refused")},
+    "model.shadow": {**_EVERYWHERE, Mode.RUNNING: _no(
+        ErrorCode.BUSY, "a task is running; start or stop a shadow between tasks")},
 }
 
 

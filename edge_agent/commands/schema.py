@@ -20,7 +20,7 @@ from edge_agent.vocab import ErrorCode
 
 COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",
-    "manual.exit", "status", "model.update", "failure.inject", "journal.label",
+    "manual.exit", "status", "model.update", "failure.inject", "journal.label", "model.shadow",
 )
 ENVELOPE = frozenset({"v", "id", "expires_at", "ts"})
 JOG_TTL_MAX_MS = 200
@@ -30,6 +30,7 @@ FAILURE_MODES: Mapping[str, tuple[str, ...]] = {
     "collision": ("impact",),
     "link": ("corrupt", "unplug"),
     "gpu": ("fail",),
+    "model": ("slow",),  # the local model's session runs latency_ms slower (the ORT seam)
     "triton": ("down",),
     "estop": ("press", "release"),
     "control_loop": ("hang", "release"),  # the daemon's own control thread (watchdog tests)
@@ -199,6 +200,15 @@ def _string(obj: Mapping[str, Any], key: str, path: str, *, required: bool = Fal
     return val
 
 
+def _bool(obj: Mapping[str, Any], key: str, path: str) -> bool | None:
+    if key not in obj:
+        return None
+    val = obj[key]
+    if not isinstance(val, bool):
+        raise _Bad(f"{_at(path, key)}: expected true or false, got {_kind(val)}")
+    return val
+
+
 def _number(obj: Mapping[str, Any], key: str, path: str, *, lo: float, hi: float,
             required: bool = False, integer: bool = False) -> Any:
     where = _at(path, key)
@@ -296,16 +306,32 @@ def _jog(a: dict[str, Any]) -> dict[str, Any]:
 
 
 def _model_update(a: dict[str, Any]) -> dict[str, Any]:
-    _keys(a, frozenset({"uri", "sha256", "version"}), "")
+    _keys(a, frozenset({"uri", "sha256", "version", "allow_bad"}), "")
     return _drop_none({
         "uri": _string(a, "uri", "", required=True, max_len=1024),
         "sha256": _string(a, "sha256", "", required=True, pattern=_SHA256_RE),
         "version": _string(a, "version", "", max_len=64),
+        "allow_bad": _bool(a, "allow_bad", ""),
     })
 
 
+def _model_shadow(a: dict[str, Any]) -> dict[str, Any]:
+    """`{"uri", "sha256", "version"?}` starts a shadow, `{"stop": true}` stops it."""
+    _keys(a, frozenset({"uri", "sha256", "version", "stop"}), "")
+    if "stop" in a:
+        if a["stop"] is not True:
+            raise _Bad(f"stop: expected true, got {_short(a['stop'])}")
+        extra = sorted(k for k in a if k != "stop")
+        if extra:
+            raise _Bad(f"stop: give it alone (not with {', '.join(extra)})")
+        return {"stop": True}
+    if "uri" not in a:
+        raise _Bad('uri: required to start a shadow (or {"stop": true} to stop one)')
+    return _model_update(a)
+
+
 def _failure_inject(a: dict[str, Any]) -> dict[str, Any]:
-    _keys(a, frozenset({"target", "mode", "duration_s", "severity"}), "")
+    _keys(a, frozenset({"target", "mode", "duration_s", "severity", "latency_ms"}), "")
     target = _string(a, "target", "", required=True, max_len=64)
     assert target is not None
     family, colon, channel = target.partition(":")
@@ -320,6 +346,7 @@ def _failure_inject(a: dict[str, Any]) -> dict[str, Any]:
         "target": target, "mode": mode,
         "duration_s": _number(a, "duration_s", "", lo=0.0, hi=3600.0),
         "severity": _number(a, "severity", "", lo=0.0, hi=1.0),
+        "latency_ms": _number(a, "latency_ms", "", lo=0.0, hi=1000.0),
     })
 
 
@@ -348,5 +375,6 @@ VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "model.update": _model_update,
     "failure.inject": _failure_inject,
     "journal.label": _journal_label,
+    "model.shadow": _model_shadow,
 }
 assert set(VALIDATORS) == set(COMMANDS)

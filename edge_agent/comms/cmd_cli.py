@@ -34,10 +34,11 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_REPLY = 0, 1, 2, 3
 DEFAULT_CONFIG = "/etc/edge-agent/edge-agent.toml"
 COMMANDS = ("task.start, task.cancel, resume, reset, estop, manual.enter, manual.jog, "
-            "manual.exit, status, model.update, failure.inject, journal.label")
+            "manual.exit, status, model.update, model.shadow, failure.inject, journal.label")
 
 
-def _add_target_options(p: argparse.ArgumentParser) -> None:
+def add_target_options(p: argparse.ArgumentParser) -> None:
+    """--config, --device, --timeout, --json|--human: which daemon, and how to print."""
     p.add_argument("--config", metavar="PATH", default=None,
                    help="the daemon's config, to find its socket and broker (default: "
                         "$EDGE_AGENT_CONFIG, else the one daemon running here, else "
@@ -65,12 +66,12 @@ def add_parsers(sub: Any) -> None:
     cmd.add_argument("args", metavar="JSON", nargs="?", default="{}",
                      help="the command's arguments as a JSON object, e.g. '{\"task\": "
                           "\"pick_place\"}' (the id is added for you)")
-    _add_target_options(cmd)
+    add_target_options(cmd)
     st = sub.add_parser("status", help="the running daemon's state, like `systemctl status` "
                                        "(= `cmd status`)",
                         description="Print the running daemon's status: mode, stop and cause, "
                                     "degraded modes, link, policy, loop figures, uptime.")
-    _add_target_options(st)
+    add_target_options(st)
 
 
 @dataclass(frozen=True)

@@ -242,6 +242,22 @@ class InferenceSection:
     # model.update installs only a model whose signed card holds a passing `edge-agent model
     # gate` record for its sha256 (docs/MODELS.md); needs trusted_keys.
     require_gate: bool = opt("bool", False)
+    # The trial after model.update (docs/MODELS.md, daemon/model_trial.py): the new model is
+    # on trial until `trial_tasks` judged tasks or `trial_s` seconds, whichever comes first;
+    # a regression rolls it back at once and marks it bad.
+    trial_tasks: int = opt("int", 20, lo=1, hi=10_000)
+    trial_s: float = opt("float", 3600.0, lo=0.0, lo_open=True, hi=30 * 86400.0)
+    trial_latency_ms: float = opt("float", 5.0, lo=0.0, lo_open=True, hi=1000.0,
+                                  hint="the candidate's decision latency budget on trial")
+    trial_alpha: float = opt("float", 0.05, lo=0.0, lo_open=True, hi=0.5)
+    trial_margin: float = opt("float", 0.10, lo=0.0, hi=1.0,
+                              hint="success-rate drop from the previous model's tolerated")
+    # model.shadow: the shadow report is filed after this many compared decisions (and again
+    # when the shadow is stopped); 0: only when stopped.
+    shadow_report_after: int = opt("int", 2000, lo=0, hi=10_000_000)
+    # SCHED_FIFO of the shadow's worker thread (0: SCHED_OTHER); below control.priority: a
+    # worker preempted while it holds the GIL delays the control thread (inference/shadow.py)
+    shadow_priority: int = opt("int", 1, lo=0, hi=98)
 
 
 def _probe_period() -> Any:

@@ -121,6 +121,8 @@ class Daemon:
                                      decisions=self.decisions, model_status=self.policy.status,
                                      publish_event=self.comms.event,
                                      publish_report=self.comms.publish_report)
+        self.policy.trial.attach(self.reports.file_report, self.comms.add_listener)
+        self.policy.shadow.attach_reports(self.reports.outbox.submit, self.reports.origin)
         self.rig: SimRig | None = None
         self.startup_ms: float | None = None
         self.link_up_ms: float | None = None  # since exec: the guardian's first link-up state

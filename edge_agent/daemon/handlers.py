@@ -24,7 +24,7 @@ from edge_agent.link.codec import StopReason
 from edge_agent.vocab import StopCause, estop_cause
 
 RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
-INFERENCE_TARGETS = ("gpu", "triton")
+INFERENCE_TARGETS = ("gpu", "triton", "model")
 TASK_WAIT_S = 3.0
 
 
@@ -47,6 +47,7 @@ class CommandHandlers:
 
     def register(self, api: CommandAPI) -> None:
         for name, fn in (("status", self.status), ("model.update", self.model_update),
+                         ("model.shadow", self.policy.shadow.command),
                          ("estop", self.estop), ("reset", self.reset),
                          ("failure.inject", self.failure_inject),
                          ("task.start", self.task_start), ("task.cancel", self.task_cancel),
@@ -171,7 +172,8 @@ class CommandHandlers:
         return {"injected": req, "rig": {k: v for k, v in resp.items() if k != "ok"}}
 
     def _inject_inference(self, target: str, args: dict[str, Any]) -> dict[str, Any]:
-        """failure.inject gpu fail / triton down, for duration_s (required: no mode ends them)."""
+        """failure.inject gpu fail / triton down / model slow (latency_ms), for duration_s
+        (required: no mode ends them)."""
         stack = self.policy.stack
         if stack is None:
             raise CommandRefused(ErrorCode.REFUSED, f"{target} faults need the policy model "
@@ -180,18 +182,23 @@ class CommandHandlers:
             raise CommandRefused(ErrorCode.BAD_ARGS,
                                  f"{target} {args.get('mode')} needs duration_s")
         try:
-            return stack.inject(target, str(args.get("mode")), float(args["duration_s"]))
+            return stack.inject(target, str(args.get("mode")), float(args["duration_s"]),
+                                args.get("latency_ms"))
         except ValueError as exc:
             raise CommandRefused(ErrorCode.REFUSED, str(exc)) from exc
 
     def model_update(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
+        from edge_agent.daemon.model_trial import UpdateRefused
         from edge_agent.inference.model_card import ModelError
 
         why = self.policy.unavailable()
         if why is not None:
             raise CommandRefused(ErrorCode.REFUSED, f"model.update refused: {why}")
         try:
-            out = self.policy.update_model(args["uri"], args["sha256"], args.get("version"))
+            out = self.policy.update_model(args["uri"], args["sha256"], args.get("version"),
+                                           bool(args.get("allow_bad")))
+        except UpdateRefused as exc:  # a trial runs, or the model is marked bad
+            raise CommandRefused(ErrorCode.REFUSED, str(exc)) from exc
         except ValueError as exc:
             raise CommandRefused(ErrorCode.BAD_ARGS, str(exc)) from exc
         except ModelError as exc:  # the cache is unchanged: the model in use stays

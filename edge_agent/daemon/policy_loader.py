@@ -15,6 +15,8 @@ from collections.abc import Callable, MutableSequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from edge_agent.daemon.model_trial import ModelTrial
+from edge_agent.daemon.shadow import ShadowControl
 from edge_agent.log import get_logger
 from edge_agent.vocab import EventType
 
@@ -45,6 +47,9 @@ class PolicyLoader:
         self.router_journals = False  # the router's records replace the executor's own
         self.result: dict[str, Any] | None = None  # for status.background
         self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
+        self.trial = ModelTrial(cfg, publish)  # the trial after model.update (model_trial.py)
+        # model.shadow: a candidate beside the policy, fed every decision (daemon/shadow.py)
+        self.shadow = ShadowControl(cfg, lambda: self.stack, self.unavailable, journal, publish)
 
     def start(self) -> dict[str, Any]:
         """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
@@ -71,6 +76,8 @@ class PolicyLoader:
                                 decision_sink=self._on_decision,
                                 settings_hook=lambda s: replace(s, grip_force_band_n=band),
                                 session_factory=factory)
+            # an open trial whose process died rolls back first (before model.update may run)
+            self.trial.at_start(stack)
             with self._lock:
                 self._executor.policy = stack.router  # decisions from here on go through it
                 self.router_journals = True
@@ -114,29 +121,47 @@ class PolicyLoader:
             return "no model is configured (set inference.model or inference.triton_url)"
         return "the inference stack is still loading; retry after the policy_ready event"
 
-    def update_model(self, uri: str, sha256: str, version: str | None) -> dict[str, Any]:
+    def model_status(self) -> dict[str, Any]:
+        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow."""
+        return {**self.trial.status(), "shadow": self.shadow.status()}
+
+    def update_model(self, uri: str, sha256: str, version: str | None,
+                     allow_bad: bool = False) -> dict[str, Any]:
         """`model.update`: verify (sha256, signature, meaning, a smoke run), install atomically
         in the cache (the previous model stays as the `cached` fallback), reload the sessions.
         Blocking (~0.1–1 s): the command worker runs it; admission refuses it mid-task.
-        Call it when `unavailable()` is None. Raises ModelError (the reason) or ValueError
-        (the uri)."""
+        Call it when `unavailable()` is None. Raises ModelError (the reason), ValueError
+        (the uri) or UpdateRefused (a trial runs; the model is marked bad, without allow_bad).
+        The new model is then on trial (daemon/model_trial.py)."""
         stack = self.stack
         if stack is None:
             raise RuntimeError(f"update_model() without a stack: {self.unavailable()}")
+        self.trial.check_update(sha256, allow_bad)
         t0 = time.monotonic()
-        card = stack.update_model(uri, sha256, version).card
+        self.trial.begin(stack, sha256, allow_bad)  # saved before the candidate decides
+        try:
+            card = stack.update_model(uri, sha256, version).card
+        except BaseException:
+            self.trial.abandon()
+            raise
+        self.trial.installed(card)
         ms = round((time.monotonic() - t0) * 1e3, 1)
         return {"installed": {"name": card.name, "version": card.version,
                               "sha256": card.sha256},
                 "ms": ms, "model_ready": stack.model_ready(), "policy": self.in_use()}
 
     def stop(self) -> None:
+        self.trial.stop()
+        self.shadow.stop()
         if self.stack is not None:
             self.stack.stop()
 
     def _on_event(self, ev: Any) -> None:
+        self.trial.taps.on_inference_event(ev)
         self._events.append(ev.as_dict())  # may run on the control thread: only enqueue
 
     def _on_decision(self, rec: Any) -> None:
+        self.trial.taps.on_decision(rec)  # the control thread: counters only
         if self._journal is not None:
             self._journal.record(rec.as_dict())
+        self.shadow.offer(rec)  # the same observation to a shadow candidate, if one runs

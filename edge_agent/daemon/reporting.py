@@ -35,6 +35,7 @@ from edge_agent.vocab import ESTOP_CAUSES, StopCause
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.daemon.control import ControlPath
+    from edge_agent.reports.record import Report
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
@@ -97,6 +98,11 @@ class DaemonReports:
             st["drift"] = self.drift.status()
         return st
 
+    def file_report(self, make: Callable[[Origin, list[dict[str, Any]]], Report]) -> bool:
+        """A report its source builds itself (a model trial's rollback), from this daemon's
+        origin and the newest journal decisions, on the outbox thread."""
+        return self.outbox.submit(lambda: make(self._origin(), self._decisions()))
+
     def submit(self, record: FaultRecord) -> bool:
         """Any record (a mode change too): built and delivered on the outbox thread."""
         return self.outbox.submit(lambda: build_report(record, self._origin(), self._decisions()))
@@ -124,6 +130,10 @@ class DaemonReports:
     def _on_fault_record(self, record: Mapping[str, Any]) -> None:
         rec = DiagnosisRecord(time.time(), float(record.get("time", 0.0)), dict(record))
         self.submit(rec)
+
+    def origin(self) -> Origin:
+        """Which robot, boot, config and model a report comes from (a report source's call)."""
+        return self._origin()
 
     # -- on the outbox thread --------------------------------------------------------------
     def _origin(self) -> Origin:

@@ -68,6 +68,7 @@ def daemon_status(d: DaemonParts) -> dict[str, Any]:
         **daemon_state(d), "executor": d.executor.status(),
         "journal": d.decisions.stats() if d.decisions is not None else None,
         "inference": d.policy.status(),
+        "model": d.policy.model_status(),  # current, previous, trial, shadow, bad (#29)
         "link": {**d.mirror.summary(), "watch": d.control.watch.summary()},
         "reports": d.reports.status(),
         "loop": {**loop, "gc": d.gc_stats.as_dict()} if loop else None,

@@ -175,14 +175,32 @@ class InferenceStack:
         self.cached.load()
         return entry
 
+    def revert_model(self, bad: str, *, reload: bool = True) -> CachedModel:
+        """A trial's rollback (daemon/model_trial.py): the previous model current again, the
+        candidate `bad` dropped from the cache, then (`reload`) the sessions reloaded — the
+        model in use changes between two decisions. Raises ModelError (nothing to go back to)."""
+        if self.cache is None:
+            raise ModelError("no model cache directory configured")
+        entry = self.cache.revert(bad)
+        if reload:
+            self.local.load()
+            self.cached.load()
+        return entry
+
     # -- failure.inject -------------------------------------------------------------------
-    def inject(self, target: str, mode: str, duration_s: float) -> dict[str, Any]:
-        """failure.inject `gpu fail` (the local model's GPU-session runs raise at the ORT seam)
-        or `triton down` (the Triton client sees the server unreachable), for `duration_s`.
-        Raises ValueError (the reason) where the fault cannot be injected here."""
+    def inject(self, target: str, mode: str, duration_s: float,
+               latency_ms: float | None = None) -> dict[str, Any]:
+        """failure.inject `gpu fail` (the local model's GPU-session runs raise at the ORT seam),
+        `triton down` (the Triton client sees the server unreachable) or `model slow` (each run
+        of the local model's session takes `latency_ms` longer, at the ORT seam), for
+        `duration_s`. Raises ValueError (the reason) where the fault cannot be injected here."""
         if not duration_s > 0:
             raise ValueError(f"duration_s must be > 0, got {duration_s}")
-        if (target, mode) == ("gpu", "fail"):
+        if (target, mode) == ("model", "slow"):
+            if latency_ms is None or not latency_ms > 0:
+                raise ValueError("model slow needs latency_ms > 0")
+            what = self.local.inject_slow(latency_ms / 1e3, duration_s)
+        elif (target, mode) == ("gpu", "fail"):
             what = self.local.inject_gpu_fault(duration_s)
         elif (target, mode) == ("triton", "down"):
             if self.remote is None:
@@ -191,9 +209,15 @@ class InferenceStack:
             self.remote.inject_outage(duration_s)
             what = f"{self.remote.url} unreachable for {duration_s:g} s"
         else:
-            raise ValueError(f"no inference fault {target} {mode!r} (gpu fail, triton down)")
-        log.warning("failure_injected", target=target, mode=mode, duration_s=duration_s)
-        return {"target": target, "mode": mode, "duration_s": duration_s, "effect": what}
+            raise ValueError(f"no inference fault {target} {mode!r} (gpu fail, triton down, "
+                             "model slow)")
+        log.warning("failure_injected", target=target, mode=mode, duration_s=duration_s,
+                    latency_ms=latency_ms)
+        out: dict[str, Any] = {"target": target, "mode": mode, "duration_s": duration_s,
+                               "effect": what}
+        if latency_ms is not None:
+            out["latency_ms"] = latency_ms
+        return out
 
     def status(self) -> dict[str, Any]:
         cur = self.cache.current_for_status() if self.cache else None

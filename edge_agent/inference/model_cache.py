@@ -146,10 +146,12 @@ class ModelCache:
         return self.entry(p["current"]) or self.entry(p["previous"])
 
     # -- writing --------------------------------------------------------------------------
-    def install(self, model: bytes | Path, card: ModelCard | None = None, *,
-                sha256: str | None = None, version: str | None = None,
-                seeded: bool = False) -> CachedModel:
-        """Verify and activate a model; the old current becomes previous. Raises ModelError."""
+    def verify(self, model: bytes | Path, card: ModelCard | None = None, *,
+               sha256: str | None = None, version: str | None = None
+               ) -> tuple[Any, ModelCard, str, bytes]:
+        """What `install()` checks, without installing: sha256, signature, session, meaning
+        and a smoke run. Returns (the CPU session, the card, the sha256, the bytes); raises
+        ModelError. `model.shadow` (daemon/shadow.py) runs its candidate on that session."""
         if isinstance(model, Path):
             try:
                 data = model.read_bytes()
@@ -187,6 +189,13 @@ class ModelCache:
         problems += _smoke_problems(session)
         if problems:
             raise self._reject("; ".join(problems))
+        return session, card, actual, data
+
+    def install(self, model: bytes | Path, card: ModelCard | None = None, *,
+                sha256: str | None = None, version: str | None = None,
+                seeded: bool = False) -> CachedModel:
+        """Verify and activate a model; the old current becomes previous. Raises ModelError."""
+        card, actual, data = self.verify(model, card, sha256=sha256, version=version)[1:]
         with self._lock:
             self.dir.mkdir(parents=True, exist_ok=True)
             path = self.dir / f"{actual}.onnx"
@@ -226,6 +235,27 @@ class ModelCache:
                 {"current": p["previous"], "previous": p["current"],
                  "seeded": p["seeded"]}).encode())
         self._emit(EventKind.MODEL_INSTALLED, f"rolled back to {prev.card.version}")
+        return prev
+
+    def revert(self, bad: str) -> CachedModel:
+        """A failed trial's rollback: the previous model current again and the candidate `bad`
+        dropped (its files removed: it must not become the last-known-good fallback). Already
+        reverted (`bad` is not current): the current model. Raises ModelError."""
+        with self._lock:
+            p = self.pointer()
+            if p["current"] != bad:
+                cur = self.entry(p["current"])
+                if cur is None:
+                    raise ModelError("no usable current model after the rollback")
+                return cur
+            prev = self.entry(p["previous"])
+            if prev is None:
+                raise ModelError("no previous model to roll back to")
+            _atomic_write(self.dir / POINTER, json.dumps(
+                {"current": prev.sha256, "previous": None, "seeded": p["seeded"]}).encode())
+            self._collect({prev.sha256})
+        self._emit(EventKind.MODEL_INSTALLED, f"rolled back to {prev.card.name} "
+                   f"{prev.card.version} sha256 {prev.sha256[:12]} ({bad[:12]} dropped)")
         return prev
 
     # -- helpers --------------------------------------------------------------------------

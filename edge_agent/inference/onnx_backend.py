@@ -15,6 +15,9 @@ successes in a row that session becomes the live one (`inference_backend_up`, "b
 GPU"). Sessions come from `session_factory` (onnxruntime's `InferenceSession`): the ORT seam.
 `inject_gpu_fault(duration_s)` (failure.inject gpu fail) makes every run on a GPU session raise
 at that seam for a while — the live one, then the probe's — as a real fault would.
+`inject_slow(latency_s, duration_s)` (failure.inject model slow) makes every run of the session
+live now take `latency_s` longer (a sleep in the run, as onnxruntime releases the GIL while it
+computes), as a slower model would: a new session (the model reloaded, rolled back) is not slow.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class OnnxBackend:
         self._live: Live | None = None  # one attribute, swapped atomically
         self._cpu_only = False
         self._fault_until = -math.inf  # failure.inject gpu fail: GPU runs raise until then
+        # failure.inject model slow: (the session that is slow, until, extra seconds per run)
+        self._slow: tuple[Any, float, float] | None = None
         self._had_gpu = False  # some session of this backend ran on an accelerator
         self._probe_live: tuple[Live, ProviderResolution] | None = None  # GPU probe session
         self._probe_building = False
@@ -150,6 +155,9 @@ class OnnxBackend:
         session, x_name, y_name, _, on_gpu = live
         if on_gpu and self._clock() < self._fault_until:
             raise RuntimeError("injected GPU fault (failure.inject gpu fail)")
+        slow = self._slow
+        if slow is not None and slow[0] is session and self._clock() < slow[1]:
+            time.sleep(slow[2])  # a slower model: the run takes longer, the GIL released
         return session.run([y_name], {x_name: x})[0]
 
     def load_in_background(self) -> threading.Thread:
@@ -224,6 +232,17 @@ class OnnxBackend:
             raise ValueError(f"no session of this backend runs on a GPU ({why})")
         self._fault_until = self._clock() + duration_s
         return f"runs on the GPU raise for {duration_s:g} s"
+
+    def inject_slow(self, latency_s: float, duration_s: float) -> str:
+        """failure.inject model slow: each run of the live session takes `latency_s` longer for
+        `duration_s` (see the module doc). Raises ValueError when no session is loaded."""
+        live = self._live
+        if live is None:
+            raise ValueError(f"the {self.name} model is not loaded: no session to slow down")
+        self._slow = (live[0], self._clock() + duration_s, latency_s)
+        name = self.model_path.name if self.model_path else "?"
+        return (f"each run of {name} ({self.name}) takes {latency_s * 1e3:g} ms longer for "
+                f"{duration_s:g} s")
 
     def probe_gpu(self, recover_after: int) -> tuple[bool | None, str, dict[str, Any]]:
         """One GPU health check (the monitor's thread; returns quickly, never raises):

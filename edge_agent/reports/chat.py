@@ -82,6 +82,14 @@ def _cause(r: Report) -> str:
         return (f'<font color="{_WARNING if verdict == "drift" else _INFO}">{_one(verdict)}'
                 f"</font>: KL {'—' if kl is None else f'{kl:.3g}'} nats, threshold "
                 f"{d.get('threshold')}")
+    if r.kind is ReportKind.MODEL_ROLLBACK:
+        reasons = d.get("reasons") or ["?"]
+        return (f'<font color="{_WARNING}">model rolled back</font>: '
+                f"{_one(str(reasons[0]))}")
+    if r.kind is ReportKind.SHADOW:
+        from edge_agent.reports.shadow import shadow_cause
+
+        return f'<font color="{_INFO}">shadow</font>: {_one(shadow_cause(r))}'
     colour, verb = (_WARNING, "entered") if r.kind is ReportKind.MODE_ENTERED else (_INFO, "left")
     return (f'<font color="{colour}">{_one(str(d.get("mode", "?")))} {verb}</font>: '
             f"{_one(str(d.get('reason', '')))}")

@@ -46,6 +46,11 @@ def render_markdown(report: Report, *, max_rows: int = 20, plot_name: str | None
 
         lines += ["", *drift_markdown(r, plot_name)]
         return redact("\n".join(lines) + "\n", secrets)
+    if r.kind is ReportKind.SHADOW:  # agreement, confusion, latency, where they differ
+        from edge_agent.reports.shadow import shadow_markdown
+
+        lines += ["", *shadow_markdown(r)]
+        return redact("\n".join(lines) + "\n", secrets)
     if r.details:
         lines += ["", "## Details", "", *_table(("key", "value"), [
             (k, _value(v)) for k, v in r.details.items()])]

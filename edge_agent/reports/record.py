@@ -28,6 +28,8 @@ class ReportKind(StrEnum):
     MODE_ENTERED = "mode_entered"  # a degradation mode (fed by the health monitor, #18)
     MODE_LEFT = "mode_left"
     DRIFT = "drift"  # the periodic policy drift report (issue #28; daemon/drift.py)
+    MODEL_ROLLBACK = "model_rollback"  # a model trial rolled back (daemon/model_trial.py, #29)
+    SHADOW = "shadow"  # a shadow candidate's summary (issue #29; daemon/shadow.py)
 
 
 def new_report_id(wall: float | None = None) -> str:

@@ -28,6 +28,12 @@ A decision made while a task runs is written in format 2: its episode (the task 
 the control path from the executor's task events). Outside a task — and in journals written
 before episodes existed — it is format 1, and reads back with `task_id` and `step` None. Each
 task's end adds one episode record to its own journal beside this one (store/episodes.py).
+
+A shadow candidate's decisions (`model.shadow`, inference/shadow.py) go to their own journal
+beside this one (`shadow.*.jnl`, same formats, `backend` = `shadow:<sha256[:12]>`, `outcome` =
+`agree`|`differ`, the acting decision's task id and step), written by the same writer thread:
+what reads `decisions` (the dataset export, drift, episodes, labels) never sees them;
+`read_decisions(dir, SHADOW_NAME)` does.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ FORMAT = 1  # a decision outside any episode (and every record written before ep
 FORMAT_EPISODE = 2  # a decision with its task id and step
 JOURNAL_DIR = "journal"  # under the state dir
 JOURNAL_NAME = "decisions"
+SHADOW_NAME = "shadow"  # a shadow candidate's decisions (never acted on)
+SHADOW_SEGMENT_BYTES = 1 << 20
+SHADOW_MAX_SEGMENTS = 8
 MAX_OBS = 1024
 _HEAD = struct.Struct("<BBHddf")
 _HEAD2 = struct.Struct("<BBHddfI")
@@ -178,6 +187,8 @@ class DecisionJournal:
         self.journal = Journal(directory, name, segment_bytes=segment_bytes,
                                max_segments=max_segments, fsync_each=False)
         self.episodes = episodes_journal(directory)  # one record per ended task, same writer
+        self.shadow = Journal(directory, SHADOW_NAME, segment_bytes=SHADOW_SEGMENT_BYTES,
+                              max_segments=SHADOW_MAX_SEGMENTS, fsync_each=False)
         self._writer = StoreWriter(on_error=self._on_store_error, max_records=max_pending,
                                    thread_name="journal")
         self._on_event = on_event
@@ -210,6 +221,7 @@ class DecisionJournal:
             try:
                 report = self.journal.open()
                 self.episodes.open()
+                self.shadow.open()
             except Exception as exc:  # StoreError, JournalFull, or a bad directory
                 self._disable(exc)
                 return None
@@ -269,6 +281,19 @@ class DecisionJournal:
         if self.tally is not None:
             self.tally.count_episode(episode)
         return self._writer.submit_record(self.episodes, payload)
+
+    def record_shadow(self, decision: Mapping[str, Any], task_id: str | None,
+                      step: int | None) -> bool:
+        """Queue one shadow decision (its acting decision's task id and step) in the shadow
+        journal; never blocks or raises. For the shadow's worker thread, not the control
+        thread's step counter: the episode mark is not touched."""
+        if self.shedding or not self.enabled:
+            return False
+        try:
+            payload = encode_decision(decision, None, task_id, step or 0)
+        except (TypeError, ValueError):
+            return False
+        return self._writer.submit_record(self.shadow, payload)
 
     def recent(self, n: int = 10) -> list[Decision]:
         """The newest `n` journaled decisions, oldest first (from memory, any thread)."""
@@ -333,3 +358,4 @@ class DecisionJournal:
         self._writer.stop()
         self.journal.close()
         self.episodes.close()
+        self.shadow.close()
