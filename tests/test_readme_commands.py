@@ -116,6 +116,10 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m hil\.load_lerobot\b",
      "needs lerobot and torch (~8 GB), not in the project's environment: "
      "tests/test_journal_export.py runs it where $EDGE_AGENT_LEROBOT_PYTHON names one"),
+    ("", r"^python3? -m hil\.policy_loop\b",
+     "two gates (minutes of lock-step episodes each) and a real daemon's shadow and trial tasks: "
+     "~12 minutes, a benchmark (tests/test_gate*.py, test_shadow_daemon.py and "
+     "test_model_trial_daemon.py run each step)"),
     ("", r"^python3? -m hil\.flywheel\b",
      "a real daemon's 200 tasks, labels, export, fine-tune and evaluation: most of an hour, a "
      "benchmark (tests/test_finetune_policy.py runs the fine-tune on a small export)"),
