@@ -45,6 +45,7 @@ from edge_agent.config.schema import (
     LinkSection,
     LogSection,
     MqttSection,
+    ObserveSection,
     ReportsSection,
     Secret,
     SimSection,
@@ -79,6 +80,7 @@ class Config:
     log: LogSection
     debug: DebugSection
     sim: SimSection
+    observe: ObserveSection
     robot: RobotDescription = field(repr=False)
     hash: str  # short sha256 of the canonical effective config (published in `status`)
     warnings: tuple[str, ...] = ()  # soft findings; the daemon logs them, check-config prints

@@ -362,11 +362,29 @@ class SimSection:
     gpu: bool = opt("bool", False)
 
 
+@dataclass(frozen=True, slots=True)
+class ObserveSection:
+    """[observe]: the live Foxglove view and the Prometheus metrics (both off unless a port is
+    set; started after READY, off the control thread; docs/OBSERVE.md)."""
+
+    # the Prometheus exposition (`GET /metrics`); unset = off
+    metrics_port: int | None = opt("int", lo=1, hi=65535)
+    metrics_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
+                            hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
+    # the Foxglove WebSocket server (foxglove-sdk); unset = off
+    foxglove_port: int | None = opt("int", lo=1, hi=65535)
+    foxglove_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
+                             hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
+    # at most this many messages a second per channel reach the live view (the rest dropped)
+    foxglove_rate_hz: float = opt("float", 50.0, lo=0.1, hi=1000.0)
+
+
 SECTIONS: dict[str, type] = {
     "device": DeviceSection, "mqtt": MqttSection, "link": LinkSection, "robot": RobotSection,
     "control": ControlSection, "executor": ExecutorSection, "inference": InferenceSection,
     "health": HealthSection, "reports": ReportsSection, "journal": JournalSection,
     "store": StoreSection, "log": LogSection, "debug": DebugSection, "sim": SimSection,
+    "observe": ObserveSection,
 }
 # Keys outside any [section]; they must come before the first [section] in the file.
 TOP_LEVEL: dict[str, Spec] = {

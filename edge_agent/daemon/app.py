@@ -34,6 +34,7 @@ from edge_agent.daemon.health_sources import daemon_health
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
+from edge_agent.daemon.observers import start_observers
 from edge_agent.daemon.policy_loader import PolicyLoader
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.reporting import DaemonReports
@@ -58,12 +59,13 @@ from edge_agent.vocab import EventType, StopCause
 
 _log = get_logger(__name__)
 
-# Shutdown, in this order: the health monitor (a stop is no degradation), the command stream
+# Shutdown, in this order: the observers (metrics, live view), the health monitor (a stop is no
+# degradation), the command stream
 # (the guardian holds on its own deadman rules), the model and journal, the guardian (HOLD first),
 # the report outbox and the comms (events until here reach MQTT), the last snapshot, the
 # simulated robot, then start-up work still running (bounded: it may be inside a native import).
 # The signal router lives on.
-STOP_ORDER = ("health", "control_loop", "inference", "guardian", "reports", "comms",
+STOP_ORDER = ("observe", "health", "control_loop", "inference", "guardian", "reports", "comms",
               "mqtt-start", "store", "sim_rig", "startup-load", "calibration", "signals")
 
 
@@ -202,6 +204,7 @@ class Daemon:
             self._attach_inference_probes()
         self.threads.adopt("health", self.health.stop)
         self.health.start()
+        self.threads.adopt("observe", start_observers(self).stop)  # daemon/observers.py
         if not self.eager:
             self.threads.spawn("startup-load", self.startup.load)
         self.threads.spawn("calibration", self.startup.calibrate)
