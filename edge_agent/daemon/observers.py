@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.daemon.control import ControlPath
     from edge_agent.executor.loop import LoopStats
+    from edge_agent.liveview.server import LiveView
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
@@ -54,6 +55,7 @@ class Observers:
 
     def __init__(self) -> None:
         self.stops: list[Callable[[], None]] = []
+        self.live: LiveView | None = None
 
     def stop(self) -> None:
         for stop in reversed(self.stops):
@@ -75,5 +77,14 @@ def start_observers(d: ObservedDaemon) -> Observers:
             obs.stops.append(srv.stop)
         except OSError as exc:
             _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,
+                       error=str(exc))
+    if cfg.foxglove_port is not None:
+        try:
+            from edge_agent.liveview.server import LiveView
+            view = LiveView(cfg.foxglove_host, cfg.foxglove_port, cfg.foxglove_rate_hz)
+            obs.stops.append(view.stop)
+            obs.live = view
+        except (OSError, RuntimeError) as exc:  # foxglove-sdk: RuntimeError for a bind failure
+            _log.error("liveview_not_started", host=cfg.foxglove_host, port=cfg.foxglove_port,
                        error=str(exc))
     return obs
