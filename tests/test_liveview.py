@@ -12,12 +12,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 from daemon_proc import DaemonProc
-from foxglove_client import FoxgloveClient, Received
 from mosquitto import free_port, wait_until
 
 from edge_agent.liveview.rate import RateLimit
 from edge_agent.observe import channels
 from edge_agent.observe.tap import Tap
+from hil.foxglove_client import FoxgloveClient, Received
 
 
 def check_schemas(client: FoxgloveClient, got: list[Received]) -> None:
@@ -119,3 +119,41 @@ def test_a_real_daemons_live_view(daemon: DaemonProc) -> None:
     assert len(status[0].payload["q"]) == 4
     events = [m.payload for m in got if m.topic == channels.EVENTS]
     assert any(e.get("type") == "stop" for e in events), sorted(topics)
+
+
+def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> None:
+    from hil import foxglove_layout
+    text = foxglove_layout.OUT.read_text()
+    assert text == foxglove_layout.render(), "run python -m hil.foxglove_layout"
+    doc = json.loads(text)
+    panels: list[dict[str, object]] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "panel":
+                panels.append(node)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(doc["content"])
+    kinds = {p["panelType"] for p in panels}
+    assert kinds == {"Plot", "StateTransitions", "RawMessages", "Log"}, kinds  # no 3D
+    named = re_paths(text)
+    assert named and named <= set(channels.CHANNELS), named - set(channels.CHANNELS)
+    plotted = " ".join(re_values(text))
+    for needle in (".q[", ".current[", "gripper_force", "latency_ms"):
+        assert needle in plotted, needle
+
+
+def re_values(text: str) -> list[str]:
+    import re
+    return re.findall(r'"(?:value|topicPath|topicToRender)": "([^"]+)"', text)
+
+
+def re_paths(text: str) -> set[str]:
+    import re
+    return {re.match(r"(/[A-Za-z0-9_/]+)", v).group(1)  # type: ignore[union-attr]
+            for v in re_values(text)}

@@ -102,6 +102,9 @@ RULES: list[tuple[str, str, str]] = [
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),
     ("", r"^(\.venv/bin/)?edge-agent (doctor|check-config|reports|journal)\b", _ROBOT_PATHS),
     ("", r"^python3? -m hil\.(bench_|sim\.bench\b|kalman_rmse\b)", _BENCH),
+    ("", r"^python3? -m hil\.foxglove_layout\b",
+     "rewrites docs/foxglove/edge-agent-live.json (tests/test_liveview.py checks the file is "
+     "what it writes)"),
     ("", r"^python3? -m hil\.episodes\b", "1,000 lock-step episodes: minutes of CPU, a benchmark"),
     ("", r"^python3? -m hil\.make_reports_doc\b",
      "regenerates docs/REPORTS.md and docs/reports/ from five real daemon runs (minutes)"),

@@ -1,4 +1,4 @@
-"""Test helper: a minimal Foxglove WebSocket protocol client (websockets' sync client).
+"""A minimal Foxglove WebSocket protocol client (websockets' sync client).
 
 Speaks the protocol the Foxglove app speaks (ws-protocol spec v1): offers the subprotocols
 `foxglove.sdk.v1` (foxglove-sdk's servers accept only this name) and `foxglove.websocket.v1`
