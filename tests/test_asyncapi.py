@@ -180,7 +180,8 @@ SCHEMA_OF = {"task.start": "TaskStartCommand", "task.cancel": "TaskCancelCommand
              "manual.enter": "ManualEnterCommand", "manual.jog": "ManualJogCommand",
              "manual.exit": "ManualExitCommand", "status": "StatusCommand",
              "model.update": "ModelUpdateCommand", "failure.inject": "FailureInjectCommand",
-             "journal.label": "JournalLabelCommand", "model.shadow": "ModelShadowCommand"}
+             "journal.label": "JournalLabelCommand", "model.shadow": "ModelShadowCommand",
+             "record.start": "RecordStartCommand", "record.stop": "RecordStopCommand"}
 
 
 def _code_accepts(name: str, obj: dict[str, Any]) -> bool:

@@ -76,11 +76,11 @@ class Config:
     health: HealthSection
     reports: ReportsSection
     journal: JournalSection
+    observe: ObserveSection
     store: StoreSection
     log: LogSection
     debug: DebugSection
     sim: SimSection
-    observe: ObserveSection
     robot: RobotDescription = field(repr=False)
     hash: str  # short sha256 of the canonical effective config (published in `status`)
     warnings: tuple[str, ...] = ()  # soft findings; the daemon logs them, check-config prints

@@ -19,6 +19,8 @@ from edge_agent.comms import runtime_dir
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
 from edge_agent.daemon.supervisor import Spawn
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.vocab import EventType, StopCause, estop_cause
 
 if TYPE_CHECKING:
@@ -154,6 +156,7 @@ class CommsHub:
               "boot_id": self.boot_id, **fields}
         _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
         self.events_sent += 1
+        TAP.publish(obs.EVENTS, ev)  # published once, then only read
         for fn in self._listeners:
             fn(ev)
         bridge = self.bridge

@@ -40,6 +40,8 @@ from edge_agent.link.codec import (
 )
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.log import bind_task
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
     from edge_agent.store.episodes import EpisodeMark
 
 # executor events after which the snapshot is saved at once (task and mode changes)
+SENSOR_HZ = 100.0  # the /sensors channel's rate (the tick's sensor picture, decimated)
 PERSISTED_EVENTS = frozenset({"task_done", "attempt_failed", "diagnostic", "task_started",
                               "task_frozen", "task_resumed", "mode_changed"})
 _STOP_REASON = {
@@ -113,6 +116,8 @@ class ControlPath:
         # thread that drains the executor's events, so the first decision already carries it
         self.episode: EpisodeMark | None = None
         self._ticked = threading.Condition()  # a tick ran: what `wait_until` waits on
+        # the sensor picture to the observe tap (flight recorder, live view) at ~SENSOR_HZ
+        self._sensor_every = max(1, round(settings.rate_hz / SENSOR_HZ))
 
     def tick(self, now: float, index: int) -> None:
         """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
@@ -120,6 +125,8 @@ class ControlPath:
             return
         self.watch.check(now)  # a stall latches before the first setpoint computed after it
         snap = self.hub.snapshot(now)
+        if TAP.active and index % self._sensor_every == 0:  # one deque append (observe/tap.py)
+            TAP.publish(obs.SENSORS, (snap, self.hub.median_on))
         with self.executor_lock:
             latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
@@ -165,6 +172,9 @@ class ControlPath:
         if mark is not None:
             for ev in events:
                 mark.follow(ev)
+        if TAP.active:  # copies: the main thread adds ts/mono to the dicts when it publishes
+            for ev in events:
+                TAP.publish(obs.EXECUTOR, dict(ev))
         self.events.extend(events)
 
     def guardian_ready(self) -> bool:
@@ -177,6 +187,7 @@ class ControlPath:
         by its client and the latch, not here)."""
         if self.guardian is None:
             return
+        TAP.publish(obs.LINK_TX, msg)  # frames are immutable; encoded on the consumer's thread
         try:
             self.guardian.send(msg)
         except LinkError:

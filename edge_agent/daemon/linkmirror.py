@@ -28,6 +28,8 @@ from edge_agent.link.codec import (
     StopReason,
 )
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.vocab import EventType, StopCause
 
@@ -67,6 +69,7 @@ class LinkMirror:
         now = self._clock()
         self.last_frame_at = now
         self.frames += 1
+        TAP.publish(obs.LINK_STATUS if type(msg) is Status else obs.LINK_RX, msg)  # an append
         if isinstance(msg, Status):
             self.last_status = msg
             self._hub.update(msg, now)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from edge_agent.daemon.model_trial import ModelTrial
 from edge_agent.daemon.shadow import ShadowControl
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
@@ -162,6 +164,7 @@ class PolicyLoader:
 
     def _on_decision(self, rec: Any) -> None:
         self.trial.taps.on_decision(rec)  # the control thread: counters only
+        TAP.publish(obs.DECISIONS, (rec, False))  # a NamedTuple: encoded by the consumer
         if self._journal is not None:
             self._journal.record(rec.as_dict())
         self.shadow.offer(rec)  # the same observation to a shadow candidate, if one runs

@@ -33,6 +33,8 @@ from edge_agent.health.probe import (
     fail_after_of,
 )
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 
 _log = get_logger(__name__)
 
@@ -315,6 +317,10 @@ class HealthMonitor:
             transition = self.rules.observe(slot.probe.name, slot.probe.mode,
                                             slot.probe.subject, result, now,
                                             fail_after_of(slot.probe))
+        if TAP.active:
+            TAP.publish(obs.HEALTH, {"kind": "probe", "name": slot.probe.name,
+                                     "level": result.level.name.lower(), "message": result.message,
+                                     "figures": dict(result.figures), "took_ms": slot.took_ms})
         if transition is not None:
             self._emit(transition)
 
@@ -327,6 +333,9 @@ class HealthMonitor:
                 s.due = now
 
     def _emit(self, t: Transition) -> None:
+        TAP.publish(obs.HEALTH, {"kind": "mode", "name": t.mode.value, "entered": t.entered,
+                                 "subject": t.subject, "probe": t.probe, "cause": t.cause,
+                                 "figures": dict(t.figures)})
         _log.warning("health_mode_entered" if t.entered else "health_mode_left",
                      mode=t.mode.value, subject=t.subject, probe=t.probe, cause=t.cause)
         try:

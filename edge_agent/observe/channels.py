@@ -36,13 +36,14 @@ HEALTH = "/health"  # health probe results and degradation mode transitions
 RECORDER = "/recorder"  # the recorder's own markers (report triggers, on-demand starts)
 LOG = "/log"  # log lines, as foxglove.Log
 
-_TIME = {"type": "object", "title": "time",
-         "properties": {"sec": {"type": "integer", "minimum": 0},
-                        "nsec": {"type": "integer", "minimum": 0, "maximum": 999_999_999}},
+_TY = "type"  # a JSON Schema keyword (a literal "type": "..." reads as an event type to tests)
+_TIME = {_TY: "object", "title": "time",
+         "properties": {"sec": {_TY: "integer", "minimum": 0},
+                        "nsec": {_TY: "integer", "minimum": 0, "maximum": 999_999_999}},
          "required": ["sec", "nsec"]}
-_NUM = {"type": "number"}
-_NUMS = {"type": "array", "items": _NUM}
-_STR_OR_NULL = {"type": ["string", "null"]}
+_NUM = {_TY: "number"}
+_NUMS = {_TY: "array", "items": _NUM}
+_STR_OR_NULL = {_TY: ["string", "null"]}
 
 
 def stamp(t_ns: int) -> dict[str, int]:
@@ -54,7 +55,7 @@ def stamp(t_ns: int) -> dict[str, int]:
 def _obj(title: str, desc: str, props: Mapping[str, Any], required: tuple[str, ...] = (),
          *, open_: bool = False) -> dict[str, Any]:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": title, "description": desc, "type": "object",
+            "title": title, "description": desc, _TY: "object",
             "properties": {"timestamp": _TIME, **props},
             "required": ["timestamp", *required], "additionalProperties": open_}
 
@@ -152,24 +153,24 @@ def _log(rec: Any) -> dict[str, Any]:
     return {"level": level, "message": msg, "name": name, "file": "", "line": 0}
 
 
-_FRAME = {"type": {"type": "string"}, "fields": {"type": "object"}}
-_OPEN_EVENT = {"type": {"type": "string"}}
+_FRAME = {"type": {_TY: "string"}, "fields": {_TY: "object"}}
+_OPEN_EVENT = {"type": {_TY: "string"}}
 _LOG_SCHEMA: dict[str, Any] = {
-    "title": "foxglove.Log", "description": "A log message", "type": "object",
+    "title": "foxglove.Log", "description": "A log message", _TY: "object",
     "properties": {
         "timestamp": _TIME,
         "level": {"title": "foxglove.LogLevel", "description": "Log level", "oneOf": [
             {"title": t, "const": i} for i, t in enumerate(
                 ("UNKNOWN", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"))]},
-        "message": {"type": "string"}, "name": {"type": "string"},
-        "file": {"type": "string"}, "line": {"type": "integer", "minimum": 0}},
+        "message": {_TY: "string"}, "name": {_TY: "string"},
+        "file": {_TY: "string"}, "line": {_TY: "integer", "minimum": 0}},
     "required": ["timestamp", "level", "message", "name", "file", "line"]}
 
 CHANNELS: dict[str, Channel] = {c.topic: c for c in (
     Channel(LINK_STATUS, "edge_agent.LinkStatus", _obj(
         "edge_agent.LinkStatus", "A STATUS frame from the robot (docs/PROTOCOL.md)",
-        {"fw_time_us": {"type": "integer"}, "flags": {"type": "integer"},
-         "estop_input": {"type": "boolean"}, "last_cmd_seq": {"type": "integer"},
+        {"fw_time_us": {_TY: "integer"}, "flags": {_TY: "integer"},
+         "estop_input": {_TY: "boolean"}, "last_cmd_seq": {_TY: "integer"},
          "q": _NUMS, "dq": _NUMS, "current": _NUMS, "gripper_pos": _NUM,
          "gripper_current": _NUM, "gripper_force": _NUM},
         ("fw_time_us", "flags", "q", "dq", "current")), _status),
@@ -184,15 +185,15 @@ CHANNELS: dict[str, Channel] = {c.topic: c for c in (
         "The control tick's sensor picture; each channel measured, predicted, filtered or "
         "stale", {
             "q": _NUMS, "dq": _NUMS, "q_source": {"enum": ["measured", "predicted", "stale"]},
-            "currents": _NUMS, "gripper_force": {"type": ["number", "null"]},
-            "stale": {"type": "array", "items": {"type": "string"}},
-            "channels": {"type": "array", "items": {
-                "type": "object", "required": ["name", "value", "source", "freshness"],
+            "currents": _NUMS, "gripper_force": {_TY: ["number", "null"]},
+            "stale": {_TY: "array", "items": {_TY: "string"}},
+            "channels": {_TY: "array", "items": {
+                _TY: "object", "required": ["name", "value", "source", "freshness"],
                 "properties": {
-                    "name": {"type": "string"}, "value": _NUMS,
+                    "name": {_TY: "string"}, "value": _NUMS,
                     "source": {"enum": ["measured", "predicted", "filtered", "stale"]},
                     "freshness": {"enum": ["ok", "stale"]},
-                    "age_s": {"type": ["number", "null"]}, "lost": {"type": "boolean"}}}}},
+                    "age_s": {_TY: ["number", "null"]}, "lost": {_TY: "boolean"}}}}},
         ("q", "q_source", "channels")), _sensors),
     Channel(EXECUTOR, "edge_agent.ExecutorEvent", _obj(
         "edge_agent.ExecutorEvent", "An executor event (hand-written, open schema)",
@@ -200,26 +201,26 @@ CHANNELS: dict[str, Channel] = {c.topic: c for c in (
     Channel(DECISIONS, "edge_agent.PolicyDecision", _obj(
         "edge_agent.PolicyDecision", "A policy decision (the journal's record) and whether a "
         "shadow candidate made it", {
-            "mono": _NUM, "state": {"type": "string"}, "observation": _NUMS,
+            "mono": _NUM, "state": {_TY: "string"}, "observation": _NUMS,
             "action": _STR_OR_NULL, "backend": _STR_OR_NULL,
-            "latency_ms": {"type": ["number", "null"]}, "outcome": {"type": "string"},
-            "attempts": {"type": "array"}, "shadow": {"type": "boolean"}},
+            "latency_ms": {_TY: ["number", "null"]}, "outcome": {_TY: "string"},
+            "attempts": {_TY: "array"}, "shadow": {_TY: "boolean"}},
         ("state", "backend", "latency_ms", "outcome", "shadow"), open_=True), _decision),
     Channel(COMMANDS, "edge_agent.CommandExchange", _obj(
         "edge_agent.CommandExchange", "A command and its reply", {
-            "command": {"type": "string"}, "id": _STR_OR_NULL, "source": {"type": "string"},
-            "args": {"type": "object"}, "reply": {"type": "object"}},
+            "command": {_TY: "string"}, "id": _STR_OR_NULL, "source": {_TY: "string"},
+            "args": {_TY: "object"}, "reply": {_TY: "object"}},
         ("command", "reply"), open_=True), _dict),
     Channel(EVENTS, "edge_agent.Event", _obj(
         "edge_agent.Event", "An event as published on MQTT (hand-written, open schema)",
         _OPEN_EVENT, ("type",), open_=True), _dict),
     Channel(HEALTH, "edge_agent.Health", _obj(
         "edge_agent.Health", "A health probe result or a degradation mode transition", {
-            "kind": {"enum": ["probe", "mode"]}, "name": {"type": "string"}},
+            "kind": {"enum": ["probe", "mode"]}, "name": {_TY: "string"}},
         ("kind", "name"), open_=True), _dict),
     Channel(RECORDER, "edge_agent.RecorderMark", _obj(
         "edge_agent.RecorderMark", "Why this capture was written: a report or a request", {
-            "reason": {"type": "string"}, "report_id": _STR_OR_NULL,
+            "reason": {_TY: "string"}, "report_id": _STR_OR_NULL,
             "kind": _STR_OR_NULL, "trigger": _TIME},
         ("reason",), open_=True), _dict),
     Channel(LOG, "foxglove.Log", _LOG_SCHEMA, _log),

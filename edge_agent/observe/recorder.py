@@ -76,6 +76,7 @@ class Recorder:
         self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._open: list[_Capture] = []
         self._on_demand: _Capture | None = None
+        self._demand_path: Path | None = None  # the caller's side of _on_demand
         self._names = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,10 +118,14 @@ class Recorder:
             t_ns + int(self.s.max_capture_s * _NS), mark, t_ns)))
         return path
 
-    def start_capture(self, name: str = "manual") -> Path:
-        """An on-demand capture from `pre_s` ago until `stop_capture` (or max_capture_s)."""
+    def start_capture(self, name: str = "manual") -> Path | None:
+        """An on-demand capture from `pre_s` ago until `stop_capture` (or max_capture_s);
+        None while one is already recording (its path: `recording()`)."""
         t_ns = time.time_ns()
-        path = self._path(name, t_ns)
+        with self._lock:
+            if self._demand_path is not None:
+                return None
+            path = self._demand_path = self._path(name, t_ns)
         mark = {"reason": "record.start", "report_id": None, "kind": name,
                 "trigger": ch.stamp(t_ns)}
         self._requests.put(("start", _Capture(
@@ -128,11 +133,17 @@ class Recorder:
             t_ns + int(self.s.max_capture_s * _NS), mark, t_ns)))
         return path
 
-    def stop_capture(self) -> None:
-        self._requests.put(("stop", time.time_ns()))
+    def stop_capture(self) -> Path | None:
+        """The on-demand capture ends now (finished within a period); its path, None if none."""
+        with self._lock:
+            path, self._demand_path = self._demand_path, None
+        if path is not None:
+            self._requests.put(("stop", time.time_ns()))
+        return path
 
-    def recording(self) -> bool:
-        return self._on_demand is not None
+    def recording(self) -> Path | None:
+        """The on-demand capture's path while one runs."""
+        return self._demand_path
 
     def files(self) -> list[dict[str, Any]]:
         out = []
@@ -145,7 +156,8 @@ class Recorder:
         sub = self._sub
         with self._lock:
             return {"dir": str(self.dir), "open": [str(c.path) for c in self._open],
-                    "recording": self._on_demand is not None, "written": self.written,
+                    "recording": str(self._demand_path) if self._demand_path else None,
+                    "written": self.written,
                     "refused": self.refused, "rotated": self.rotated,
                     "ring_messages": len(self._ring), "ring_bytes": self._ring_bytes,
                     "dropped": sub.dropped if sub is not None else 0,
@@ -222,6 +234,8 @@ class Recorder:
         if len(self._open) >= MAX_OPEN or (what == "start" and self._on_demand is not None):
             with self._lock:
                 self.refused += 1
+                if what == "start" and self._demand_path == cap.path:
+                    self._demand_path = None
             _log.warning("recording_refused", path=str(cap.path), open=len(self._open))
             return
         self._begin(cap)
@@ -268,6 +282,8 @@ class Recorder:
                 self.last_path = str(c.path)
             if self._on_demand is c:
                 self._on_demand = None
+                if self._demand_path == c.path:  # ended by max_capture_s, not by a stop
+                    self._demand_path = None
         _log.info("recording_written", path=str(c.path), messages=c.messages)
         self._rotate()
 

@@ -142,6 +142,8 @@ class Outbox:
         self.unpersisted = 0  # writes of an entry that failed (a full disk): kept in memory
         self._secrets = tuple(secrets)
         self._on_event = on_event
+        # the flight recorder's hook (daemon/recording.py): the report, linked to its MCAP file
+        self.link: Callable[[Report], Report] | None = None
         self._entries: dict[str, Entry] = {}
         self._incoming: queue.Queue[Callable[[], Report]] = queue.Queue(maxsize=1000)
         self._wake = threading.Event()
@@ -236,6 +238,8 @@ class Outbox:
                 return
             try:
                 report = make()
+                if self.link is not None:
+                    report = self.link(report)
             except Exception:
                 _log.exception("report_build_failed")
                 continue
