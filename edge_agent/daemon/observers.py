@@ -6,6 +6,7 @@ is logged and the daemon runs on: an observer is never a reason to stop a robot.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -46,8 +47,15 @@ class DaemonMetricsSource:
         return loop.stats if loop is not None else None
 
     def journal_files(self) -> Sequence[Path]:
+        """Every journal's segments (decisions, episodes, shadow: one directory)."""
         dec = self.d.decisions
-        return dec.journal.segments() if dec is not None else []
+        if dec is None:
+            return []
+        try:
+            with os.scandir(dec.journal.directory) as it:
+                return [Path(e.path) for e in it if e.name.endswith(".jnl") and e.is_file()]
+        except OSError:
+            return []
 
 
 class Observers:

@@ -92,10 +92,10 @@ class LiveView:
         old = self._sub
         if old is not None and old.topics == wanted:
             return
-        self._sub = self.tap.subscribe("liveview", TAP_QUEUE, wanted) if wanted else None
-        if old is not None:
-            self._forward(old.drain(TAP_QUEUE), time.monotonic())
+        if old is not None:  # what it holds goes out first: no message twice
             self.tap.unsubscribe(old)
+            self._forward(old.drain(TAP_QUEUE), time.monotonic())
+        self._sub = self.tap.subscribe("liveview", TAP_QUEUE, wanted) if wanted else None
 
     def _pump(self) -> None:
         while not self._stop.wait(PUMP_PERIOD_S):

@@ -203,7 +203,8 @@ class StatusCollector(Collector):
                 size += os.stat(f).st_size
             except OSError:
                 continue  # rotated away between the listing and the stat
-        yield GaugeMetricFamily(P + "journal_bytes", "The decision journal's segments on disk",
+        yield GaugeMetricFamily(P + "journal_bytes",
+                                "The journals' segment files on disk (decisions, episodes, shadow)",
                                 value=float(size))
         if j is None:
             return
