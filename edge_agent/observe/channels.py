@@ -41,7 +41,7 @@ _TIME = {_TY: "object", "title": "time",
          "properties": {"sec": {_TY: "integer", "minimum": 0},
                         "nsec": {_TY: "integer", "minimum": 0, "maximum": 999_999_999}},
          "required": ["sec", "nsec"]}
-_NUM = {_TY: "number"}
+_NUM = {_TY: ["number", "null"]}  # null: NaN / inf (JSON has neither)
 _NUMS = {_TY: "array", "items": _NUM}
 _STR_OR_NULL = {_TY: ["string", "null"]}
 
@@ -242,6 +242,10 @@ def to_obj(topic: str, payload: Any, t_ns: int) -> dict[str, Any]:
 
 
 def encode(topic: str, payload: Any, t_ns: int) -> bytes:
-    """The message's JSON bytes (compact, no NaN: JSON has none)."""
-    return json.dumps(to_obj(topic, payload, t_ns), separators=(",", ":"), allow_nan=False,
-                      default=str).encode()
+    """The message's JSON bytes (compact; JSON has no NaN: a non-finite number is null)."""
+    obj = to_obj(topic, payload, t_ns)
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str).encode()
+    except ValueError:  # a NaN or inf somewhere (a faulty sensor): the slow path
+        return json.dumps(_plain(obj), separators=(",", ":"), allow_nan=False,
+                          default=str).encode()
