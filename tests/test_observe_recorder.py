@@ -114,9 +114,9 @@ def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
             tap.publish(ch.LINK_STATUS, STATUS)
         wait_until(lambda: rec.status()["ring_messages"] > 0 and not tap.stats()["recorder"][
             "queued"], 30, "drained")
-        st = rec.status()
     finally:
         rec.stop()
+    st = rec.status()  # the thread is done: a settled figure
     assert 0 < st["ring_bytes"] <= 1 << 20
     assert st["ring_messages"] < 8000
 
