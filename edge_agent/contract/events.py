@@ -1,0 +1,516 @@
+"""Every event the daemon publishes (`<prefix>/event`), one TypedDict per `EventType`.
+
+A record holds what its producer sets: `type` and the type's fields. The hub adds the envelope
+(`EventEnvelope`: `ts`, `mono`, `boot_id`; the bridge adds `v`; executor events carry `t`) before
+anyone else sees it. `Event` is the union of all records; `EVENT_RECORDS` maps each `EventType`
+to its record (tests/test_contract.py checks that every member has one). Field descriptions are
+the `Annotated` strings (edge_agent/contract/base.py); docs/asyncapi.yaml is generated from here.
+Fields may be added; consumers ignore what they do not know.
+"""
+
+# No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from edge_agent.contract.base import Ref, S
+from edge_agent.vocab import DegradationMode, EventType, Mode, StopCause, StopKind
+
+ET = EventType
+TaskIdF = Annotated[str, Ref("TaskId")]
+StateName = Annotated[str, "the executor state (ExecutorState)", Ref("ExecutorState")]
+Vec3F = Annotated[list[float], Ref("Vec3")]
+Subject = Annotated[str, "what within the mode: a sensor channel for sensor_predicted and "
+                    "sensor_filtered, else empty"]
+Figures = Annotated[dict[str, Any], "the deciding run's figures"]
+
+
+class EventEnvelope(TypedDict):
+    """Every event carries `type`, `ts` (wall clock), `mono` (the daemon's monotonic clock) and
+    `boot_id`; the other fields depend on the type (listed with EventType). Fields may be
+    added; consumers ignore what they do not know."""
+
+    v: Annotated[Literal[1], Ref("ProtocolVersion")]
+    type: Annotated[EventType, Ref("EventType")]
+    ts: Annotated[float, Ref("Timestamp")]
+    mono: float
+    boot_id: Annotated[str, Ref("BootId")]
+    t: NotRequired[Annotated[float, "the executor's tick time (monotonic s) when it emitted it"]]
+
+
+# ------------------------------------------------------------------- daemon: start-up, link, stops
+class ReadyEvent(TypedDict):
+    """The daemon is READY (systemd notified): the control loop runs, commands are served."""
+
+    type: Literal[ET.READY]
+    startup_ms: Annotated[float, "exec to READY", S(minimum=0)]
+    eager: NotRequired[Annotated[bool, "the policy stack loaded before READY"]]
+    unclean_restart: NotRequired[Annotated[bool, "the previous run did not stop cleanly"]]
+
+
+class EstimatorsReadyEvent(TypedDict):
+    """The Kalman estimators run (from the first frame)."""
+
+    type: Literal[ET.ESTIMATORS_READY]
+    ms: float
+
+
+class PolicyReadyEvent(TypedDict):
+    """The policy stack loaded (after READY)."""
+
+    type: Literal[ET.POLICY_READY]
+    ms: float
+    model_ready: Annotated[bool, "a model backend can decide (else the rule-based expert)"]
+    backend: Annotated[str | None, "the backend that decides now"]
+
+
+class CalibrationReadyEvent(TypedDict):
+    """The rest calibration finished (after READY)."""
+
+    type: Literal[ET.CALIBRATION_READY]
+    ms: float
+    applied: Annotated[list[str], "the channels whose offsets were applied"]
+    at_rest: bool
+    wrist_force_offset_n: float | None
+    joint_encoder_offsets_rad: list[float] | None
+    clock_offset_us: float | None
+    clock_bound_us: float | None
+    rtt_min_ms: float | None
+    rtt_median_ms: float | None
+
+
+class CalibrationFailedEvent(TypedDict):
+    """The rest calibration could not run (e.g. the link never came up)."""
+
+    type: Literal[ET.CALIBRATION_FAILED]
+    reason: str
+
+
+class SnapshotCorruptEvent(TypedDict):
+    """A state snapshot failed verification at start."""
+
+    type: Literal[ET.SNAPSHOT_CORRUPT]
+    files: list[str]
+    used_previous: Annotated[bool, "the previous snapshot was restored instead"]
+
+
+class JournalDisabledEvent(TypedDict):
+    """A journal's writes stopped (the daemon goes on without it)."""
+
+    type: Literal[ET.JOURNAL_DISABLED]
+    journal: str
+    cause: Annotated[str, "e.g. disk_full"]
+    error: str
+    records_written: Annotated[int, S(minimum=0)]
+
+
+class LinkUpEvent(TypedDict):
+    """The link guardian reports the firmware link up."""
+
+    type: Literal[ET.LINK_UP]
+    cause: NotRequired[None]
+
+
+class LinkFaultEvent(TypedDict):
+    """The firmware link is down or unusable."""
+
+    type: Literal[ET.LINK_FAULT]
+    cause: Annotated[Literal["no_device", "serial_link", "version_mismatch"],
+                     Ref("LinkFaultCause")]
+    firmware_version: NotRequired[Annotated[int, "version_mismatch: the firmware's"]]
+    port: NotRequired[Annotated[str, "no_device: the serial port waited for"]]
+    waited_s: NotRequired[float]
+
+
+class DeadmanHoldEvent(TypedDict):
+    """The link guardian held the drives (the daemon's command stream stopped; a latched stop
+    `deadman` too when the robot was moving)."""
+
+    type: Literal[ET.DEADMAN_HOLD]
+    source: Literal["guardian"]
+
+
+class FirmwareEventEvent(TypedDict):
+    """The firmware sent an EVENT frame (docs/PROTOCOL.md)."""
+
+    type: Literal[ET.FIRMWARE_EVENT]
+    code: Annotated[Literal["deadman_trip", "cmd_rejected", "bad_frame", "version_mismatch",
+                            "limit_clamped", "overcurrent"], Ref("FirmwareEventCode")]
+    detail: int
+
+
+class EstopInputEvent(TypedDict):
+    """The hardware e-stop input changed."""
+
+    type: Literal[ET.ESTOP_INPUT]
+    pressed: bool
+
+
+class StopEvent(TypedDict):
+    """The stop latch tripped (also on a repeated e-stop)."""
+
+    type: Literal[ET.STOP]
+    kind: Annotated[StopKind, Ref("StopKind")]
+    cause: Annotated[StopCause, Ref("StopCause")]
+
+
+class StopUpdateEvent(TypedDict):
+    """Still latched; something changed."""
+
+    type: Literal[ET.STOP_UPDATE]
+    hardware_input: Annotated[bool, "the hardware e-stop input is active now"]
+
+
+class StopClearedEvent(TypedDict):
+    """A reset cleared the latch."""
+
+    type: Literal[ET.STOP_CLEARED]
+    hardware_input: Annotated[bool, "the hardware e-stop input is active now"]
+
+
+class MqttConnectedEvent(TypedDict):
+    """Connected to the broker."""
+
+    type: Literal[ET.MQTT_CONNECTED]
+
+
+class MqttDisconnectedEvent(TypedDict):
+    """The broker connection was lost."""
+
+    type: Literal[ET.MQTT_DISCONNECTED]
+
+
+# ------------------------------------------------------------------------------------- executor
+class TaskStartedEvent(TypedDict):
+    """A task started."""
+
+    type: Literal[ET.TASK_STARTED]
+    task_id: TaskIdF
+    task: Annotated[str, "the task spec's name"]
+    object: Vec3F
+    place: Vec3F
+
+
+class TaskResumedEvent(TypedDict):
+    """A frozen task resumed."""
+
+    type: Literal[ET.TASK_RESUMED]
+    task_id: TaskIdF
+    state: StateName
+
+
+class TaskFrozenEvent(TypedDict):
+    """A stop froze the running task (`resume` continues it)."""
+
+    type: Literal[ET.TASK_FROZEN]
+    task_id: TaskIdF
+    state: StateName
+    stop: Annotated[StopKind | None, Ref("StopKind")]
+    cause: Annotated[StopCause | None, Ref("StopCause")]
+
+
+class TaskDoneEvent(TypedDict):
+    """A task ended."""
+
+    type: Literal[ET.TASK_DONE]
+    task_id: TaskIdF
+    outcome: Annotated[Literal["success", "failed", "aborted"], Ref("TaskOutcome")]
+    message: NotRequired[str]
+    attempts: NotRequired[Annotated[int, S(minimum=0)]]
+    duration_s: NotRequired[float]
+    failures: NotRequired[Annotated[list[Any], "the failed attempts' records"]]
+
+
+class AttemptStartedEvent(TypedDict):
+    """An attempt at a subgoal started."""
+
+    type: Literal[ET.ATTEMPT_STARTED]
+    task_id: TaskIdF
+    state: StateName
+    attempt: Annotated[int, S(minimum=1)]
+    alternative: Annotated[str | None, "the alternative strategy tried (null: the first)"]
+
+
+class AttemptFailedEvent(TypedDict):
+    """An attempt failed: what was detected and what the fault ladder decided."""
+
+    type: Literal[ET.ATTEMPT_FAILED]
+    task_id: TaskIdF
+    state: StateName
+    attempt: Annotated[int, S(minimum=1)]
+    kind: Annotated[str, "the failure kind"]
+    detail: str
+    verdict: Annotated[str, "the fault ladder's verdict (L1, L2, L3)"]
+    alternative: str | None
+    l3_count: Annotated[int, S(minimum=0)]
+
+
+class SubgoalReachedEvent(TypedDict):
+    """A subgoal was reached."""
+
+    type: Literal[ET.SUBGOAL_REACHED]
+    state: StateName
+    attempt: Annotated[int, S(minimum=1)]
+    duration_s: float
+
+
+class PartLostHoldEvent(TypedDict):
+    """The part was lost: holding for a re-grasp decision."""
+
+    type: Literal[ET.PART_LOST_HOLD]
+    task_id: TaskIdF
+    state: StateName
+    window_s: float
+
+
+class RegraspEvent(TypedDict):
+    """A re-grasp was accepted: the object moved."""
+
+    type: Literal[ET.REGRASP]
+    task_id: TaskIdF
+    state: StateName
+    object: Vec3F
+    old_object: Vec3F
+    regrasp: Annotated[int, "the task's re-grasps so far", S(minimum=0)]
+
+
+class RegraspRefusedEvent(TypedDict):
+    """The re-grasp guard said no."""
+
+    type: Literal[ET.REGRASP_REFUSED]
+    task_id: Annotated[str | None, Ref("TaskId")]
+    state: StateName
+    reason: str
+
+
+class DiagnosticEvent(TypedDict):
+    """L3: the fault record (its sensor_window: samples, sample_hz)."""
+
+    type: Literal[ET.DIAGNOSTIC]
+    record: dict[str, Any]
+
+
+class ModeChangedEvent(TypedDict):
+    """The executor's mode changed."""
+
+    type: Literal[ET.MODE_CHANGED]
+    mode: Annotated[Mode, Ref("Mode")]
+    state: NotRequired[StateName]
+
+
+class CollisionEvent(TypedDict):
+    """The collision monitor tripped."""
+
+    type: Literal[ET.COLLISION]
+    joint: str
+    detail: Annotated[str | None, "the monitor's figures"]
+
+
+class JogLostEvent(TypedDict):
+    """Manual jog commands stopped coming."""
+
+    type: Literal[ET.JOG_LOST]
+
+
+class SensorLostEvent(TypedDict):
+    """Sensors lost past their bound (a `sensor_bound` stop)."""
+
+    type: Literal[ET.SENSOR_LOST]
+    channels: list[str]
+    age_s: Annotated[dict[str, float | None], "per channel: seconds since its last sample"]
+
+
+class SensorBackEvent(TypedDict):
+    """Every lost sensor is back (a reset may clear the stop)."""
+
+    type: Literal[ET.SENSOR_BACK]
+    channels: list[str]
+
+
+# --------------------------------------------------------------------------------------- health
+class DegradedEvent(TypedDict):
+    """A degradation mode entered (docs/HEALTH.md)."""
+
+    type: Literal[ET.DEGRADED]
+    mode: Annotated[DegradationMode, Ref("DegradationMode")]
+    subject: Subject
+    probe: Annotated[str, "the probe whose runs decided it (status.health.probes)"]
+    cause: Annotated[str, "the deciding run's message"]
+    figures: Figures
+
+
+class RecoveredEvent(TypedDict):
+    """A degradation mode left (docs/HEALTH.md)."""
+
+    type: Literal[ET.RECOVERED]
+    mode: Annotated[DegradationMode, Ref("DegradationMode")]
+    subject: Subject
+    probe: Annotated[str, "the probe whose runs decided it (status.health.probes)"]
+    cause: Annotated[str, "the deciding run's message"]
+    figures: Figures
+
+
+class ReportDroppedEvent(TypedDict):
+    """The report outbox was full: its oldest report was dropped."""
+
+    type: Literal[ET.REPORT_DROPPED]
+    id: Annotated[str, "the dropped report's id"]
+    dropped: Annotated[int, "reports dropped so far", S(minimum=0)]
+
+
+# ------------------------------------------------------------------------------------ inference
+class _Inference(TypedDict):
+    backend: Annotated[str, "the backend concerned (triton, local, cached, ...)"]
+    detail: str
+    mono: float
+
+
+class InferenceBackendUpEvent(_Inference):
+    """A backend loaded, or is ready again after being down."""
+
+    type: Literal[ET.INFERENCE_BACKEND_UP]
+
+
+class InferenceBackendDownEvent(_Inference):
+    """A backend is no longer ready (server gone, model unloaded)."""
+
+    type: Literal[ET.INFERENCE_BACKEND_DOWN]
+
+
+class InferenceLoadFailedEvent(_Inference):
+    """A session or client could not be created."""
+
+    type: Literal[ET.INFERENCE_LOAD_FAILED]
+
+
+class InferenceAttemptFailedEvent(_Inference):
+    """One decision's attempt failed: error, NaN, deadline."""
+
+    type: Literal[ET.INFERENCE_ATTEMPT_FAILED]
+
+
+class GpuUnavailableEvent(_Inference):
+    """An accelerator was asked for; the runtime lacks it."""
+
+    type: Literal[ET.GPU_UNAVAILABLE]
+
+
+class GpuFailedEvent(_Inference):
+    """A run on the accelerator raised; the session moves to the CPU."""
+
+    type: Literal[ET.GPU_FAILED]
+
+
+class InferenceFallbackEvent(_Inference):
+    """The backend that decides changed."""
+
+    type: Literal[ET.INFERENCE_FALLBACK]
+
+
+class ModelInstalledEvent(_Inference):
+    """model.update verified and swapped in."""
+
+    type: Literal[ET.MODEL_INSTALLED]
+
+
+class ModelRejectedEvent(_Inference):
+    """model.update refused (hash, load or shape mismatch)."""
+
+    type: Literal[ET.MODEL_REJECTED]
+
+
+class ModelCacheCorruptEvent(_Inference):
+    """A cached model failed verification."""
+
+    type: Literal[ET.MODEL_CACHE_CORRUPT]
+
+
+# -------------------------------------------------------------------------- model trial, shadow
+class ModelName(TypedDict):
+    """A model: name, version, sha256."""
+
+    name: str | None
+    version: str | None
+    sha256: str
+
+
+class TrialBaseline(TypedDict):
+    """The previous model's judged episodes and successes."""
+
+    episodes: Annotated[int, S(minimum=0)]
+    successes: Annotated[int, S(minimum=0)]
+
+
+class ModelTrialStartedEvent(TypedDict):
+    """A trial of a new model started (docs/MODELS.md "Trial, commit and rollback")."""
+
+    type: Literal[ET.MODEL_TRIAL_STARTED]
+    sha256: str
+    name: str | None
+    version: str | None
+    previous: Annotated[str | None, "the previous model's sha256"]
+    tasks_required: Annotated[int, S(minimum=1)]
+    deadline_wall: float
+    baseline: TrialBaseline
+
+
+class ModelCommittedEvent(TypedDict):
+    """The trial passed: the model is committed."""
+
+    type: Literal[ET.MODEL_COMMITTED]
+    sha256: str
+    name: str | None
+    version: str | None
+    by: Literal["tasks", "time"]
+    tasks: Annotated[int, S(minimum=0)]
+    successes: Annotated[int, S(minimum=0)]
+    evidence: dict[str, Any]
+
+
+class ModelRolledBackEvent(TypedDict):
+    """The trial failed (or the daemon died during it): the previous model is back."""
+
+    type: Literal[ET.MODEL_ROLLED_BACK]
+    sha256: str
+    name: str | None
+    version: str | None
+    to: Annotated[ModelName | None, "the model restored"]
+    reasons: list[str]
+    at_start: Annotated[bool, "found at start (kill -9 or crash during the trial)"]
+    error: str | None
+    evidence: dict[str, Any]
+    verdict_to_rollback_ms: float | None
+    first_slow_to_rollback_s: float | None
+
+
+class ShadowStartedEvent(TypedDict):
+    """model.shadow: a candidate runs beside the acting policy."""
+
+    type: Literal[ET.SHADOW_STARTED]
+    candidate: ModelName
+    report_after: Annotated[int, S(minimum=0)]
+
+
+class ShadowStoppedEvent(TypedDict):
+    """The shadow stopped (its report filed) or was dropped by a restart."""
+
+    type: Literal[ET.SHADOW_STOPPED]
+    candidate: ModelName
+    decisions: Annotated[int, S(minimum=0)]
+    agreement: Annotated[float | None, S(minimum=0, maximum=1)]
+    dropped: Annotated[int, S(minimum=0)]
+    report: Annotated[str | None, "the filed report's id"]
+
+
+Event = (
+    ReadyEvent | EstimatorsReadyEvent | PolicyReadyEvent | CalibrationReadyEvent
+    | CalibrationFailedEvent | SnapshotCorruptEvent | JournalDisabledEvent | LinkUpEvent
+    | LinkFaultEvent | DeadmanHoldEvent | FirmwareEventEvent | EstopInputEvent | StopEvent
+    | StopUpdateEvent | StopClearedEvent | MqttConnectedEvent | MqttDisconnectedEvent
+    | TaskStartedEvent | TaskResumedEvent | TaskFrozenEvent | TaskDoneEvent | AttemptStartedEvent
+    | AttemptFailedEvent | SubgoalReachedEvent | PartLostHoldEvent | RegraspEvent
+    | RegraspRefusedEvent | DiagnosticEvent | ModeChangedEvent | CollisionEvent | JogLostEvent
+    | SensorLostEvent | SensorBackEvent | DegradedEvent | RecoveredEvent | ReportDroppedEvent
+    | InferenceBackendUpEvent | InferenceBackendDownEvent | InferenceLoadFailedEvent
+    | InferenceAttemptFailedEvent | GpuUnavailableEvent | GpuFailedEvent | InferenceFallbackEvent
+    | ModelInstalledEvent | ModelRejectedEvent | ModelCacheCorruptEvent | ModelTrialStartedEvent
+    | ModelCommittedEvent | ModelRolledBackEvent | ShadowStartedEvent | ShadowStoppedEvent
+)
