@@ -2,9 +2,11 @@
 
 A record holds what its producer sets: `type` and the type's fields. The hub adds the envelope
 (`EventEnvelope`: `ts`, `mono`, `boot_id`; the bridge adds `v`; executor events carry `t`) before
-anyone else sees it. `Event` is the union of all records; `EVENT_RECORDS` maps each `EventType`
-to its record (tests/test_contract.py checks that every member has one). Field descriptions are
-the `Annotated` strings (edge_agent/contract/base.py); docs/asyncapi.yaml is generated from here.
+anyone else sees it. `Event` is the union of all records (those of health, reports, inference
+and the model trial/shadow live in events_more.py); `schema_gen.event_records()` maps each
+`EventType` to its record (tests/test_contract.py checks that every member has one). Field
+descriptions are the `Annotated` strings (edge_agent/contract/base.py); docs/asyncapi.yaml is
+generated from here.
 Fields may be added; consumers ignore what they do not know.
 """
 
@@ -12,15 +14,32 @@ Fields may be added; consumers ignore what they do not know.
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S
-from edge_agent.vocab import DegradationMode, EventType, Mode, StopCause, StopKind
+from edge_agent.contract.events_more import (
+    DegradedEvent,
+    GpuFailedEvent,
+    GpuUnavailableEvent,
+    InferenceAttemptFailedEvent,
+    InferenceBackendDownEvent,
+    InferenceBackendUpEvent,
+    InferenceFallbackEvent,
+    InferenceLoadFailedEvent,
+    ModelCacheCorruptEvent,
+    ModelCommittedEvent,
+    ModelInstalledEvent,
+    ModelRejectedEvent,
+    ModelRolledBackEvent,
+    ModelTrialStartedEvent,
+    RecoveredEvent,
+    ReportDroppedEvent,
+    ShadowStartedEvent,
+    ShadowStoppedEvent,
+)
+from edge_agent.vocab import EventType, Mode, StopCause, StopKind
 
 ET = EventType
 TaskIdF = Annotated[str, Ref("TaskId")]
 StateName = Annotated[str, "the executor state (ExecutorState)", Ref("ExecutorState")]
 Vec3F = Annotated[list[float], Ref("Vec3")]
-Subject = Annotated[str, "what within the mode: a sensor channel for sensor_predicted and "
-                    "sensor_filtered, else empty"]
-Figures = Annotated[dict[str, Any], "the deciding run's figures"]
 
 
 class EventEnvelope(TypedDict):
@@ -323,181 +342,6 @@ class SensorBackEvent(TypedDict):
 
     type: Literal[ET.SENSOR_BACK]
     channels: list[str]
-
-
-# --------------------------------------------------------------------------------------- health
-class DegradedEvent(TypedDict):
-    """A degradation mode entered (docs/HEALTH.md)."""
-
-    type: Literal[ET.DEGRADED]
-    mode: Annotated[DegradationMode, Ref("DegradationMode")]
-    subject: Subject
-    probe: Annotated[str, "the probe whose runs decided it (status.health.probes)"]
-    cause: Annotated[str, "the deciding run's message"]
-    figures: Figures
-
-
-class RecoveredEvent(TypedDict):
-    """A degradation mode left (docs/HEALTH.md)."""
-
-    type: Literal[ET.RECOVERED]
-    mode: Annotated[DegradationMode, Ref("DegradationMode")]
-    subject: Subject
-    probe: Annotated[str, "the probe whose runs decided it (status.health.probes)"]
-    cause: Annotated[str, "the deciding run's message"]
-    figures: Figures
-
-
-class ReportDroppedEvent(TypedDict):
-    """The report outbox was full: its oldest report was dropped."""
-
-    type: Literal[ET.REPORT_DROPPED]
-    id: Annotated[str, "the dropped report's id"]
-    dropped: Annotated[int, "reports dropped so far", S(minimum=0)]
-
-
-# ------------------------------------------------------------------------------------ inference
-class _Inference(TypedDict):
-    backend: Annotated[str, "the backend concerned (triton, local, cached, ...)"]
-    detail: str
-    mono: float
-
-
-class InferenceBackendUpEvent(_Inference):
-    """A backend loaded, or is ready again after being down."""
-
-    type: Literal[ET.INFERENCE_BACKEND_UP]
-
-
-class InferenceBackendDownEvent(_Inference):
-    """A backend is no longer ready (server gone, model unloaded)."""
-
-    type: Literal[ET.INFERENCE_BACKEND_DOWN]
-
-
-class InferenceLoadFailedEvent(_Inference):
-    """A session or client could not be created."""
-
-    type: Literal[ET.INFERENCE_LOAD_FAILED]
-
-
-class InferenceAttemptFailedEvent(_Inference):
-    """One decision's attempt failed: error, NaN, deadline."""
-
-    type: Literal[ET.INFERENCE_ATTEMPT_FAILED]
-
-
-class GpuUnavailableEvent(_Inference):
-    """An accelerator was asked for; the runtime lacks it."""
-
-    type: Literal[ET.GPU_UNAVAILABLE]
-
-
-class GpuFailedEvent(_Inference):
-    """A run on the accelerator raised; the session moves to the CPU."""
-
-    type: Literal[ET.GPU_FAILED]
-
-
-class InferenceFallbackEvent(_Inference):
-    """The backend that decides changed."""
-
-    type: Literal[ET.INFERENCE_FALLBACK]
-
-
-class ModelInstalledEvent(_Inference):
-    """model.update verified and swapped in."""
-
-    type: Literal[ET.MODEL_INSTALLED]
-
-
-class ModelRejectedEvent(_Inference):
-    """model.update refused (hash, load or shape mismatch)."""
-
-    type: Literal[ET.MODEL_REJECTED]
-
-
-class ModelCacheCorruptEvent(_Inference):
-    """A cached model failed verification."""
-
-    type: Literal[ET.MODEL_CACHE_CORRUPT]
-
-
-# -------------------------------------------------------------------------- model trial, shadow
-class ModelName(TypedDict):
-    """A model: name, version, sha256."""
-
-    name: str | None
-    version: str | None
-    sha256: str
-
-
-class TrialBaseline(TypedDict):
-    """The previous model's judged episodes and successes."""
-
-    episodes: Annotated[int, S(minimum=0)]
-    successes: Annotated[int, S(minimum=0)]
-
-
-class ModelTrialStartedEvent(TypedDict):
-    """A trial of a new model started (docs/MODELS.md "Trial, commit and rollback")."""
-
-    type: Literal[ET.MODEL_TRIAL_STARTED]
-    sha256: str
-    name: str | None
-    version: str | None
-    previous: Annotated[str | None, "the previous model's sha256"]
-    tasks_required: Annotated[int, S(minimum=1)]
-    deadline_wall: float
-    baseline: TrialBaseline
-
-
-class ModelCommittedEvent(TypedDict):
-    """The trial passed: the model is committed."""
-
-    type: Literal[ET.MODEL_COMMITTED]
-    sha256: str
-    name: str | None
-    version: str | None
-    by: Literal["tasks", "time"]
-    tasks: Annotated[int, S(minimum=0)]
-    successes: Annotated[int, S(minimum=0)]
-    evidence: dict[str, Any]
-
-
-class ModelRolledBackEvent(TypedDict):
-    """The trial failed (or the daemon died during it): the previous model is back."""
-
-    type: Literal[ET.MODEL_ROLLED_BACK]
-    sha256: str
-    name: str | None
-    version: str | None
-    to: Annotated[ModelName | None, "the model restored"]
-    reasons: list[str]
-    at_start: Annotated[bool, "found at start (kill -9 or crash during the trial)"]
-    error: str | None
-    evidence: dict[str, Any]
-    verdict_to_rollback_ms: float | None
-    first_slow_to_rollback_s: float | None
-
-
-class ShadowStartedEvent(TypedDict):
-    """model.shadow: a candidate runs beside the acting policy."""
-
-    type: Literal[ET.SHADOW_STARTED]
-    candidate: ModelName
-    report_after: Annotated[int, S(minimum=0)]
-
-
-class ShadowStoppedEvent(TypedDict):
-    """The shadow stopped (its report filed) or was dropped by a restart."""
-
-    type: Literal[ET.SHADOW_STOPPED]
-    candidate: ModelName
-    decisions: Annotated[int, S(minimum=0)]
-    agreement: Annotated[float | None, S(minimum=0, maximum=1)]
-    dropped: Annotated[int, S(minimum=0)]
-    report: Annotated[str | None, "the filed report's id"]
 
 
 Event = (

@@ -21,7 +21,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
-from edge_agent.contract import events, status
+from edge_agent.contract import events, events_more, status
 from edge_agent.contract.base import Ref, S
 
 DOC_PREFIX = "#/components/schemas/"
@@ -29,7 +29,10 @@ _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool:
                            type(None): "null"}
 
 # Records named in docs/asyncapi.yaml (a `$ref` there, inline in the stand-alone form).
-NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields, events.ModelName)
+NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields)
+# A record built on a named one (Python 3.11's TypedDict does not keep its bases).
+EXTENDS: dict[type, type] = {status.StatePayload: status.StateFields,
+                             status.StatusResult: status.StateFields}
 
 
 def is_typeddict(tp: Any) -> bool:
@@ -84,7 +87,9 @@ class Gen:
             return self._union(get_args(tp))
         if origin is Literal:
             values = [v.value if isinstance(v, enum.Enum) else v for v in get_args(tp)]
-            return {"const": values[0]} if len(values) == 1 else {"enum": values}
+            kinds = {_SIMPLE[type(v)] for v in values}
+            head = {"type": kinds.pop()} if len(kinds) == 1 else {}
+            return {**head, "const": values[0]} if len(values) == 1 else {**head, "enum": values}
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
             return {"type": "string", "enum": [m.value for m in tp]}
         if origin in (list, tuple) or tp in (list, tuple):
@@ -108,7 +113,9 @@ class Gen:
             other = parts[0] if parts[1] == {"type": "null"} else parts[1]
             if isinstance(other.get("type"), str) and "$ref" not in other:
                 out = {**other, "type": [other["type"], "null"]}
-                if "enum" in out:
+                if "const" in out:
+                    out["enum"] = [out.pop("const"), None]
+                elif "enum" in out:
                     out["enum"] = [*out["enum"], None]
                 return out
             if "const" in other:
@@ -118,8 +125,21 @@ class Gen:
         return {"anyOf": parts}
 
     def record(self, cls: type) -> dict[str, Any]:
-        """A TypedDict's object schema (its fields in definition order, base classes first)."""
+        """A TypedDict's object schema (its fields in definition order, base classes first).
+
+        In the document form, a record built on a named record is `allOf: [base, own fields]`.
+        """
         hints = typing.get_type_hints(cls, include_extras=True)
+        base = EXTENDS.get(cls)
+        if self.doc and base is not None:
+            own = {k: v for k, v in hints.items() if k not in base.__annotations__}
+            body = self._object(cls, own)
+            desc = body.pop("description", None)
+            return {**({"description": desc} if desc else {}),
+                    "allOf": [self.ref(base.__name__), body]}
+        return self._object(cls, hints)
+
+    def _object(self, cls: type, hints: dict[str, Any]) -> dict[str, Any]:
         required = [k for k in hints if k in cls.__required_keys__]  # type: ignore[attr-defined]
         out: dict[str, Any] = {}
         desc = _describe(cls.__doc__)
@@ -130,6 +150,19 @@ class Gen:
             out["required"] = required
         out["properties"] = {k: self.of(v) for k, v in hints.items()}
         return out
+
+
+def doc_schemas() -> dict[str, dict[str, Any]]:
+    """docs/asyncapi.yaml's generated `components.schemas` entries, in document order."""
+    gen = Gen(doc=True)
+    out: dict[str, dict[str, Any]] = {}
+    cls: type
+    for cls in (status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
+        out[cls.__name__] = gen.record(cls)
+    out["EventPayload"] = any_event_schema(doc=True)
+    for cls in event_records().values():
+        out[cls.__name__] = gen.record(cls)
+    return out
 
 
 def event_records() -> dict[str, type]:
@@ -182,7 +215,7 @@ def _by_name(name: str) -> dict[str, Any]:
         return event_schema(name.removeprefix("event:"))
     if name in _PAYLOADS:
         return Gen(doc=False).record(_PAYLOADS[name])
-    for mod in (events, status):
+    for mod in (events, events_more, status):
         cls = getattr(mod, name, None)
         if is_typeddict(cls):
             return Gen(doc=False).record(typing.cast(type, cls))
