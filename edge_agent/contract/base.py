@@ -5,12 +5,11 @@ metadata is the field's description (joined), `S(...)` adds JSON Schema keywords
 makes docs/asyncapi.yaml point at a hand-written shared component (`#/components/schemas/name`)
 instead of the inline type (the stand-alone schemas of `schema_for` inline `T`). A record's class
 docstring is its schema's description. Nothing here costs anything at run time: the records
-are TypedDicts (plain dicts).
+are TypedDicts (plain dicts). `EventBase` is what every event record inherits.
 """
 
-from __future__ import annotations
-
-from typing import Any
+# No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class S:
@@ -35,3 +34,14 @@ class Ref:
 
     def __repr__(self) -> str:
         return f"Ref({self.name!r})"
+
+
+class EventBase(TypedDict):
+    """What every record inherits: the envelope, set by the hub (CommsHub.event), the bridge
+    (`v`) and the executor's EventLog (`t`), never by a producer (EventEnvelope documents it)."""
+
+    v: NotRequired[Literal[1]]
+    ts: NotRequired[float]
+    mono: NotRequired[float]
+    boot_id: NotRequired[str]
+    t: NotRequired[float]

@@ -13,7 +13,7 @@ Fields may be added; consumers ignore what they do not know.
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
-from edge_agent.contract.base import Ref, S
+from edge_agent.contract.base import EventBase, Ref, S
 from edge_agent.contract.events_more import (
     DegradedEvent,
     GpuFailedEvent,
@@ -56,7 +56,7 @@ class EventEnvelope(TypedDict):
 
 
 # ------------------------------------------------------------------- daemon: start-up, link, stops
-class ReadyEvent(TypedDict):
+class ReadyEvent(EventBase):
     """The daemon is READY (systemd notified): the control loop runs, commands are served."""
 
     type: Literal[ET.READY]
@@ -65,14 +65,14 @@ class ReadyEvent(TypedDict):
     unclean_restart: NotRequired[Annotated[bool, "the previous run did not stop cleanly"]]
 
 
-class EstimatorsReadyEvent(TypedDict):
+class EstimatorsReadyEvent(EventBase):
     """The Kalman estimators run (from the first frame)."""
 
     type: Literal[ET.ESTIMATORS_READY]
     ms: float
 
 
-class PolicyReadyEvent(TypedDict):
+class PolicyReadyEvent(EventBase):
     """The policy stack loaded (after READY)."""
 
     type: Literal[ET.POLICY_READY]
@@ -81,7 +81,7 @@ class PolicyReadyEvent(TypedDict):
     backend: Annotated[str | None, "the backend that decides now"]
 
 
-class CalibrationReadyEvent(TypedDict):
+class CalibrationReadyEvent(EventBase):
     """The rest calibration finished (after READY)."""
 
     type: Literal[ET.CALIBRATION_READY]
@@ -96,14 +96,14 @@ class CalibrationReadyEvent(TypedDict):
     rtt_median_ms: float | None
 
 
-class CalibrationFailedEvent(TypedDict):
+class CalibrationFailedEvent(EventBase):
     """The rest calibration could not run (e.g. the link never came up)."""
 
     type: Literal[ET.CALIBRATION_FAILED]
     reason: str
 
 
-class SnapshotCorruptEvent(TypedDict):
+class SnapshotCorruptEvent(EventBase):
     """A state snapshot failed verification at start."""
 
     type: Literal[ET.SNAPSHOT_CORRUPT]
@@ -111,7 +111,7 @@ class SnapshotCorruptEvent(TypedDict):
     used_previous: Annotated[bool, "the previous snapshot was restored instead"]
 
 
-class JournalDisabledEvent(TypedDict):
+class JournalDisabledEvent(EventBase):
     """A journal's writes stopped (the daemon goes on without it)."""
 
     type: Literal[ET.JOURNAL_DISABLED]
@@ -121,14 +121,14 @@ class JournalDisabledEvent(TypedDict):
     records_written: Annotated[int, S(minimum=0)]
 
 
-class LinkUpEvent(TypedDict):
+class LinkUpEvent(EventBase):
     """The link guardian reports the firmware link up."""
 
     type: Literal[ET.LINK_UP]
     cause: NotRequired[None]
 
 
-class LinkFaultEvent(TypedDict):
+class LinkFaultEvent(EventBase):
     """The firmware link is down or unusable."""
 
     type: Literal[ET.LINK_FAULT]
@@ -139,7 +139,7 @@ class LinkFaultEvent(TypedDict):
     waited_s: NotRequired[float]
 
 
-class DeadmanHoldEvent(TypedDict):
+class DeadmanHoldEvent(EventBase):
     """The link guardian held the drives (the daemon's command stream stopped; a latched stop
     `deadman` too when the robot was moving)."""
 
@@ -147,7 +147,7 @@ class DeadmanHoldEvent(TypedDict):
     source: Literal["guardian"]
 
 
-class FirmwareEventEvent(TypedDict):
+class FirmwareEventEvent(EventBase):
     """The firmware sent an EVENT frame (docs/PROTOCOL.md)."""
 
     type: Literal[ET.FIRMWARE_EVENT]
@@ -156,14 +156,14 @@ class FirmwareEventEvent(TypedDict):
     detail: int
 
 
-class EstopInputEvent(TypedDict):
+class EstopInputEvent(EventBase):
     """The hardware e-stop input changed."""
 
     type: Literal[ET.ESTOP_INPUT]
     pressed: bool
 
 
-class StopEvent(TypedDict):
+class StopEvent(EventBase):
     """The stop latch tripped (also on a repeated e-stop)."""
 
     type: Literal[ET.STOP]
@@ -171,34 +171,34 @@ class StopEvent(TypedDict):
     cause: Annotated[StopCause, Ref("StopCause")]
 
 
-class StopUpdateEvent(TypedDict):
+class StopUpdateEvent(EventBase):
     """Still latched; something changed."""
 
     type: Literal[ET.STOP_UPDATE]
     hardware_input: Annotated[bool, "the hardware e-stop input is active now"]
 
 
-class StopClearedEvent(TypedDict):
+class StopClearedEvent(EventBase):
     """A reset cleared the latch."""
 
     type: Literal[ET.STOP_CLEARED]
     hardware_input: Annotated[bool, "the hardware e-stop input is active now"]
 
 
-class MqttConnectedEvent(TypedDict):
+class MqttConnectedEvent(EventBase):
     """Connected to the broker."""
 
     type: Literal[ET.MQTT_CONNECTED]
 
 
-class MqttDisconnectedEvent(TypedDict):
+class MqttDisconnectedEvent(EventBase):
     """The broker connection was lost."""
 
     type: Literal[ET.MQTT_DISCONNECTED]
 
 
 # ------------------------------------------------------------------------------------- executor
-class TaskStartedEvent(TypedDict):
+class TaskStartedEvent(EventBase):
     """A task started."""
 
     type: Literal[ET.TASK_STARTED]
@@ -208,7 +208,7 @@ class TaskStartedEvent(TypedDict):
     place: Vec3F
 
 
-class TaskResumedEvent(TypedDict):
+class TaskResumedEvent(EventBase):
     """A frozen task resumed."""
 
     type: Literal[ET.TASK_RESUMED]
@@ -216,7 +216,7 @@ class TaskResumedEvent(TypedDict):
     state: StateName
 
 
-class TaskFrozenEvent(TypedDict):
+class TaskFrozenEvent(EventBase):
     """A stop froze the running task (`resume` continues it)."""
 
     type: Literal[ET.TASK_FROZEN]
@@ -226,7 +226,7 @@ class TaskFrozenEvent(TypedDict):
     cause: Annotated[StopCause | None, Ref("StopCause")]
 
 
-class TaskDoneEvent(TypedDict):
+class TaskDoneEvent(EventBase):
     """A task ended."""
 
     type: Literal[ET.TASK_DONE]
@@ -238,7 +238,7 @@ class TaskDoneEvent(TypedDict):
     failures: NotRequired[Annotated[list[Any], "the failed attempts' records"]]
 
 
-class AttemptStartedEvent(TypedDict):
+class AttemptStartedEvent(EventBase):
     """An attempt at a subgoal started."""
 
     type: Literal[ET.ATTEMPT_STARTED]
@@ -248,7 +248,7 @@ class AttemptStartedEvent(TypedDict):
     alternative: Annotated[str | None, "the alternative strategy tried (null: the first)"]
 
 
-class AttemptFailedEvent(TypedDict):
+class AttemptFailedEvent(EventBase):
     """An attempt failed: what was detected and what the fault ladder decided."""
 
     type: Literal[ET.ATTEMPT_FAILED]
@@ -262,7 +262,7 @@ class AttemptFailedEvent(TypedDict):
     l3_count: Annotated[int, S(minimum=0)]
 
 
-class SubgoalReachedEvent(TypedDict):
+class SubgoalReachedEvent(EventBase):
     """A subgoal was reached."""
 
     type: Literal[ET.SUBGOAL_REACHED]
@@ -271,7 +271,7 @@ class SubgoalReachedEvent(TypedDict):
     duration_s: float
 
 
-class PartLostHoldEvent(TypedDict):
+class PartLostHoldEvent(EventBase):
     """The part was lost: holding for a re-grasp decision."""
 
     type: Literal[ET.PART_LOST_HOLD]
@@ -280,7 +280,7 @@ class PartLostHoldEvent(TypedDict):
     window_s: float
 
 
-class RegraspEvent(TypedDict):
+class RegraspEvent(EventBase):
     """A re-grasp was accepted: the object moved."""
 
     type: Literal[ET.REGRASP]
@@ -291,7 +291,7 @@ class RegraspEvent(TypedDict):
     regrasp: Annotated[int, "the task's re-grasps so far", S(minimum=0)]
 
 
-class RegraspRefusedEvent(TypedDict):
+class RegraspRefusedEvent(EventBase):
     """The re-grasp guard said no."""
 
     type: Literal[ET.REGRASP_REFUSED]
@@ -300,14 +300,14 @@ class RegraspRefusedEvent(TypedDict):
     reason: str
 
 
-class DiagnosticEvent(TypedDict):
+class DiagnosticEvent(EventBase):
     """L3: the fault record (its sensor_window: samples, sample_hz)."""
 
     type: Literal[ET.DIAGNOSTIC]
     record: dict[str, Any]
 
 
-class ModeChangedEvent(TypedDict):
+class ModeChangedEvent(EventBase):
     """The executor's mode changed."""
 
     type: Literal[ET.MODE_CHANGED]
@@ -315,7 +315,7 @@ class ModeChangedEvent(TypedDict):
     state: NotRequired[StateName]
 
 
-class CollisionEvent(TypedDict):
+class CollisionEvent(EventBase):
     """The collision monitor tripped."""
 
     type: Literal[ET.COLLISION]
@@ -323,13 +323,13 @@ class CollisionEvent(TypedDict):
     detail: Annotated[str | None, "the monitor's figures"]
 
 
-class JogLostEvent(TypedDict):
+class JogLostEvent(EventBase):
     """Manual jog commands stopped coming."""
 
     type: Literal[ET.JOG_LOST]
 
 
-class SensorLostEvent(TypedDict):
+class SensorLostEvent(EventBase):
     """Sensors lost past their bound (a `sensor_bound` stop)."""
 
     type: Literal[ET.SENSOR_LOST]
@@ -337,7 +337,7 @@ class SensorLostEvent(TypedDict):
     age_s: Annotated[dict[str, float | None], "per channel: seconds since its last sample"]
 
 
-class SensorBackEvent(TypedDict):
+class SensorBackEvent(EventBase):
     """Every lost sensor is back (a reset may clear the stop)."""
 
     type: Literal[ET.SENSOR_BACK]

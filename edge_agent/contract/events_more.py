@@ -6,7 +6,7 @@ Part of edge_agent/contract/events.py (which unites them in `Event`); same conve
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
 from typing import Annotated, Any, Literal, TypedDict
 
-from edge_agent.contract.base import Ref, S
+from edge_agent.contract.base import EventBase, Ref, S
 from edge_agent.vocab import DegradationMode, EventType
 
 ET = EventType
@@ -16,7 +16,7 @@ Figures = Annotated[dict[str, Any], "the deciding run's figures"]
 
 
 # --------------------------------------------------------------------------------------- health
-class DegradedEvent(TypedDict):
+class DegradedEvent(EventBase):
     """A degradation mode entered (docs/HEALTH.md)."""
 
     type: Literal[ET.DEGRADED]
@@ -27,7 +27,7 @@ class DegradedEvent(TypedDict):
     figures: Figures
 
 
-class RecoveredEvent(TypedDict):
+class RecoveredEvent(EventBase):
     """A degradation mode left (docs/HEALTH.md)."""
 
     type: Literal[ET.RECOVERED]
@@ -38,7 +38,7 @@ class RecoveredEvent(TypedDict):
     figures: Figures
 
 
-class ReportDroppedEvent(TypedDict):
+class ReportDroppedEvent(EventBase):
     """The report outbox was full: its oldest report was dropped."""
 
     type: Literal[ET.REPORT_DROPPED]
@@ -47,10 +47,9 @@ class ReportDroppedEvent(TypedDict):
 
 
 # ------------------------------------------------------------------------------------ inference
-class InferenceFields(TypedDict):
+class InferenceFields(EventBase):
     backend: Annotated[str, "the backend concerned (triton, local, cached, ...)"]
     detail: str
-    mono: float
 
 
 class InferenceBackendUpEvent(InferenceFields):
@@ -129,7 +128,7 @@ class TrialBaseline(TypedDict):
     successes: Annotated[int, S(minimum=0)]
 
 
-class ModelTrialStartedEvent(TypedDict):
+class ModelTrialStartedEvent(EventBase):
     """A trial of a new model started (docs/MODELS.md "Trial, commit and rollback")."""
 
     type: Literal[ET.MODEL_TRIAL_STARTED]
@@ -142,7 +141,7 @@ class ModelTrialStartedEvent(TypedDict):
     baseline: TrialBaseline
 
 
-class ModelCommittedEvent(TypedDict):
+class ModelCommittedEvent(EventBase):
     """The trial passed: the model is committed."""
 
     type: Literal[ET.MODEL_COMMITTED]
@@ -155,7 +154,7 @@ class ModelCommittedEvent(TypedDict):
     evidence: dict[str, Any]
 
 
-class ModelRolledBackEvent(TypedDict):
+class ModelRolledBackEvent(EventBase):
     """The trial failed (or the daemon died during it): the previous model is back."""
 
     type: Literal[ET.MODEL_ROLLED_BACK]
@@ -171,7 +170,7 @@ class ModelRolledBackEvent(TypedDict):
     first_slow_to_rollback_s: float | None
 
 
-class ShadowStartedEvent(TypedDict):
+class ShadowStartedEvent(EventBase):
     """model.shadow: a candidate runs beside the acting policy."""
 
     type: Literal[ET.SHADOW_STARTED]
@@ -179,7 +178,7 @@ class ShadowStartedEvent(TypedDict):
     report_after: Annotated[int, S(minimum=0)]
 
 
-class ShadowStoppedEvent(TypedDict):
+class ShadowStoppedEvent(EventBase):
     """The shadow stopped (its report filed) or was dropped by a restart."""
 
     type: Literal[ET.SHADOW_STOPPED]

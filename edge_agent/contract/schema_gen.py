@@ -22,7 +22,7 @@ import typing
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
 from edge_agent.contract import events, events_more, status
-from edge_agent.contract.base import Ref, S
+from edge_agent.contract.base import EventBase, Ref, S
 
 DOC_PREFIX = "#/components/schemas/"
 _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean",
@@ -30,6 +30,7 @@ _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool:
 
 # Records named in docs/asyncapi.yaml (a `$ref` there, inline in the stand-alone form).
 NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields)
+_ENVELOPE = frozenset(EventBase.__annotations__)  # set by the hub, not the producer
 # A record built on a named one (Python 3.11's TypedDict does not keep its bases).
 EXTENDS: dict[type, type] = {status.StatePayload: status.StateFields,
                              status.StatusResult: status.StateFields}
@@ -140,6 +141,8 @@ class Gen:
         return self._object(cls, hints)
 
     def _object(self, cls: type, hints: dict[str, Any]) -> dict[str, Any]:
+        if cls not in (EventBase, events.EventEnvelope) and hints.keys() >= _ENVELOPE:
+            hints = {k: v for k, v in hints.items() if k not in _ENVELOPE}
         required = [k for k in hints if k in cls.__required_keys__]  # type: ignore[attr-defined]
         out: dict[str, Any] = {}
         desc = _describe(cls.__doc__)
