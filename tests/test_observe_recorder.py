@@ -50,8 +50,10 @@ def test_a_full_queue_drops_the_oldest_and_counts_it() -> None:
     (ch.LINK_STATUS, STATUS),
     (ch.LINK_TX, Command(Mode.HOLD, (0.0, 1.0))),
     (ch.LINK_TX, Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT)),
-    (ch.EVENTS, {"type": "estop", "cause": "remote", "ts": 1.0}),
-    (ch.EXECUTOR, {"type": "task_started", "task_id": "t-1"}),
+    (ch.EVENTS, {"type": "estop_input", "pressed": True, "ts": 1.0, "mono": 2.0,
+                 "boot_id": "b"}),
+    (ch.EXECUTOR, {"type": "task_started", "task_id": "t-1", "task": "pick_place",
+                   "object": [0.1, 0.2, 0.0], "place": [0.3, 0.1, 0.0], "t": 5.0}),
     (ch.DECISIONS, ({"mono": 1.0, "state": "grasp", "observation": [0.1], "action": "close",
                      "backend": "local", "latency_ms": 0.4, "outcome": "ok",
                      "attempts": [["local", "ok"]]}, False)),
@@ -67,6 +69,18 @@ def test_every_channel_encodes_to_its_own_schema(topic: str, payload: object) ->
     jsonschema.validators.validator_for(schema).check_schema(schema)
     jsonschema.validate(obj, schema)
     assert obj["timestamp"] == {"sec": 1_700_000_000, "nsec": 123_456_789}
+
+
+def test_the_event_channels_use_the_typed_contract() -> None:
+    """/events and /executor: edge_agent/contract's schema (one rule per event type)."""
+    for topic, extra in ((ch.EVENTS, {"ts": 1.0, "mono": 2.0, "boot_id": "b"}),
+                         (ch.EXECUTOR, {})):
+        schema = ch.channel(topic).schema
+        ok = ch.to_obj(topic, {"type": "estop_input", "pressed": True, **extra}, 0)
+        jsonschema.validate(ok, schema)
+        for bad in ({"type": "estop_input", **extra}, {"type": "no_such_event", **extra}):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(ch.to_obj(topic, bad, 0), schema)
 
 
 def test_the_log_channel_is_foxglove_log() -> None:
