@@ -12,13 +12,17 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from daemon_proc import DaemonProc
 from mcap_check import read_checked
 from mosquitto import Mosquitto, Probe, wait_until
 
+REPO = Path(__file__).resolve().parents[1]
 PRE_S, POST_S = 3.0, 1.0
 _SETS = ("health.period_s=3600", f"observe.record_pre_s={PRE_S}",
          f"observe.record_post_s={POST_S}")
@@ -75,23 +79,35 @@ def test_an_estop_report_links_an_mcap_file_with_the_seconds_before_it(
         d.stop()
 
 
+def _cli(*args: str) -> tuple[int, Any]:
+    p = subprocess.run([sys.executable, "-m", "edge_agent.cli", "record", *args, "--json"],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    return p.returncode, json.loads(p.stdout)
+
+
 def test_record_start_stop_and_a_kill_9_mid_file(tmp_path: Path) -> None:
-    d = DaemonProc(tmp_path, None, extra=(*_SETS, "observe.record_max_files=3")).start()
+    device = f"rec-{os.getpid()}"  # `--device` finds this daemon, not another test's
+    d = DaemonProc(tmp_path, None, device=device,
+                   extra=(*_SETS, "observe.record_max_files=3")).start()
+    target = ("--device", device, "--timeout", "30")
     try:
         d.wait_ready()
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
-        r = d.socket_cmd("record.start", {"name": "bench-1"})
-        assert r["ok"], r
+        rc, r = _cli("start", "--name", "bench-1", *target)  # edge-agent record start
+        assert rc == 0 and r["ok"], r
         path = Path(r["result"]["path"])
         assert "bench-1" in path.name
         busy = d.socket_cmd("record.start")
         assert not busy["ok"] and busy["error"]["code"] == "busy"
         time.sleep(1.5)
-        r = d.socket_cmd("record.stop")
-        assert r["ok"] and Path(r["result"]["path"]) == path
+        rc, r = _cli("stop", *target)
+        assert rc == 0 and Path(r["result"]["path"]) == path
+        assert r["result"]["recorder"]["cpu_s"] > 0
         assert d.socket_cmd("record.stop")["error"]["code"] == "refused"
         wait_until(lambda: _finished(path), 30, "finished")
         assert read_checked(path)["counts"]["/link/status"] > 500
+        rc, listed = _cli("list", "--state-dir", str(d.state_dir))
+        assert rc == 0 and [(x["path"], x["finished"]) for x in listed] == [(str(path), True)]
         bad = d.socket_cmd("record.start", {"name": "Bad Name"})
         assert not bad["ok"] and bad["error"]["code"] == "bad_args"
         # a capture in the middle of being written, then kill -9
