@@ -64,6 +64,7 @@ class DaemonRecording:
             self.recorder.stop()
 
     def status(self) -> dict[str, Any] | None:
+        """The recorder's figures (record.stop's reply carries them too), None when off."""
         return self.recorder.status() if self.recorder is not None else None
 
     def link(self, report: Report) -> Report:
@@ -93,4 +94,4 @@ class DaemonRecording:
         path = self._on("record.stop").stop_capture()
         if path is None:
             raise CommandRefused(ErrorCode.REFUSED, "record.stop: nothing is recording")
-        return {"path": str(path)}
+        return {"path": str(path), "recorder": self._on("record.stop").status()}

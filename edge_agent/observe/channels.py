@@ -41,7 +41,7 @@ _TIME = {_TY: "object", "title": "time",
          "properties": {"sec": {_TY: "integer", "minimum": 0},
                         "nsec": {_TY: "integer", "minimum": 0, "maximum": 999_999_999}},
          "required": ["sec", "nsec"]}
-_NUM = {_TY: "number"}
+_NUM = {_TY: ["number", "null"]}  # null: NaN / inf (JSON has neither)
 _NUMS = {_TY: "array", "items": _NUM}
 _STR_OR_NULL = {_TY: ["string", "null"]}
 
@@ -60,19 +60,47 @@ def _obj(title: str, desc: str, props: Mapping[str, Any], required: tuple[str, .
             "required": ["timestamp", *required], "additionalProperties": open_}
 
 
+_SCHEMAS: dict[str, Mapping[str, Any]] = {}  # topic -> its schema, built on first use
+
+
 @dataclass(frozen=True, slots=True)
 class Channel:
-    """One topic: its schema and how a published payload becomes a JSON object."""
+    """One topic: its schema and how a published payload becomes a JSON object. The schema is
+    built on first use (`schema`), never at import: the daemon imports this before READY."""
 
     topic: str
     schema_name: str
-    schema: Mapping[str, Any]
+    schema_src: Mapping[str, Any] | Callable[[], Mapping[str, Any]]  # a schema or its maker
     to_obj: Callable[[Any], dict[str, Any]]
     message_encoding: str = "json"
     schema_encoding: str = "jsonschema"
 
+    @property
+    def schema(self) -> Mapping[str, Any]:
+        s = _SCHEMAS.get(self.topic)
+        if s is None:
+            src = self.schema_src
+            s = _SCHEMAS[self.topic] = src() if callable(src) else src
+        return s
+
     def schema_bytes(self) -> bytes:
         return json.dumps(self.schema, separators=(",", ":")).encode()
+
+
+def _event_schema(title: str, envelope: bool) -> Callable[[], Mapping[str, Any]]:
+    """The typed contract's event schema (edge_agent/contract: one if/then rule per event
+    type), stamped; `envelope` False: the executor's events, before the main thread adds
+    ts/mono/boot_id."""
+    def make() -> Mapping[str, Any]:
+        from edge_agent.contract import schema_for
+
+        s = dict(schema_for("event"))
+        s["title"] = title
+        s["properties"] = {**s["properties"], "timestamp": _TIME}
+        s["required"] = ["timestamp", *(r for r in s["required"] if r != "v" and (
+            envelope or r == "type"))]
+        return s
+    return make
 
 
 # -- encoders (consumer thread) ----------------------------------------------------------------
@@ -154,7 +182,6 @@ def _log(rec: Any) -> dict[str, Any]:
 
 
 _FRAME = {"type": {_TY: "string"}, "fields": {_TY: "object"}}
-_OPEN_EVENT = {"type": {_TY: "string"}}
 _LOG_SCHEMA: dict[str, Any] = {
     "title": "foxglove.Log", "description": "A log message", _TY: "object",
     "properties": {
@@ -195,9 +222,8 @@ CHANNELS: dict[str, Channel] = {c.topic: c for c in (
                     "freshness": {"enum": ["ok", "stale"]},
                     "age_s": {_TY: ["number", "null"]}, "lost": {_TY: "boolean"}}}}},
         ("q", "q_source", "channels")), _sensors),
-    Channel(EXECUTOR, "edge_agent.ExecutorEvent", _obj(
-        "edge_agent.ExecutorEvent", "An executor event (hand-written, open schema)",
-        _OPEN_EVENT, ("type",), open_=True), _dict),
+    Channel(EXECUTOR, "edge_agent.ExecutorEvent",
+            _event_schema("edge_agent.ExecutorEvent", envelope=False), _dict),
     Channel(DECISIONS, "edge_agent.PolicyDecision", _obj(
         "edge_agent.PolicyDecision", "A policy decision (the journal's record) and whether a "
         "shadow candidate made it", {
@@ -211,9 +237,8 @@ CHANNELS: dict[str, Channel] = {c.topic: c for c in (
             "command": {_TY: "string"}, "id": _STR_OR_NULL, "source": {_TY: "string"},
             "args": {_TY: "object"}, "reply": {_TY: "object"}},
         ("command", "reply"), open_=True), _dict),
-    Channel(EVENTS, "edge_agent.Event", _obj(
-        "edge_agent.Event", "An event as published on MQTT (hand-written, open schema)",
-        _OPEN_EVENT, ("type",), open_=True), _dict),
+    Channel(EVENTS, "edge_agent.Event", _event_schema("edge_agent.Event", envelope=True),
+            _dict),
     Channel(HEALTH, "edge_agent.Health", _obj(
         "edge_agent.Health", "A health probe result or a degradation mode transition", {
             "kind": {"enum": ["probe", "mode"]}, "name": {_TY: "string"}},
@@ -242,6 +267,10 @@ def to_obj(topic: str, payload: Any, t_ns: int) -> dict[str, Any]:
 
 
 def encode(topic: str, payload: Any, t_ns: int) -> bytes:
-    """The message's JSON bytes (compact, no NaN: JSON has none)."""
-    return json.dumps(to_obj(topic, payload, t_ns), separators=(",", ":"), allow_nan=False,
-                      default=str).encode()
+    """The message's JSON bytes (compact; JSON has no NaN: a non-finite number is null)."""
+    obj = to_obj(topic, payload, t_ns)
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False, default=str).encode()
+    except ValueError:  # a NaN or inf somewhere (a faulty sensor): the slow path
+        return json.dumps(_plain(obj), separators=(",", ":"), allow_nan=False,
+                          default=str).encode()

@@ -1,0 +1,203 @@
+"""Benchmark: what the flight recorder costs — the control loop with it off vs on, same run.
+
+    python -m hil.bench_recorder [--pairs 2] [--window-s 20]
+    python -m hil.bench_recorder --in-process [--seconds 10]
+
+Default: `edge-agent run --sim` started 2 × `pairs` times in alternating windows, idle (HOLD at
+the loop's rate, STATUS at 1 kHz from the simulated robot): `observe.record=false`, then
+`observe.record=true` with an on-demand capture (`record.start` … `record.stop`) over the whole
+window, so the recorder both keeps its ring (every STATUS encoded) and writes MCAP. Per window,
+at the robot: the COMMAND frames' arrival times (period error |Δt − period| as
+hil/bench_control_loop.py, missed periods). Prints median, P99 and max for off and on and the
+ratio on/off; the recorder's CPU (its thread's CPU time over the window: record.stop's reply)
+and the MCAP bytes per minute of the captures.
+
+`--in-process`: the recorder alone in this process, fed from a 1 kHz thread with STATUS
+frames (7 joints) plus the sensor picture at 100 Hz and a COMMAND at 200 Hz (the daemon's
+rates in sim.toml), ring only and then ring + an open capture; prints the recorder thread's
+CPU per second of stream and the bytes per minute written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hil.bench_control_loop import period_errors
+from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
+
+
+def _stats(xs: list[float]) -> dict[str, float]:
+    s = sorted(xs)
+    if not s:
+        return {"n": 0}
+    return {"n": len(s), "p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(0.99 * len(s)))],
+            "max": s[-1]}
+
+
+def _fmt(name: str, s: dict[str, float], extra: str = "") -> str:
+    if not s.get("n"):
+        return f"{name}: no samples"
+    return (f"{name}: n={s['n']:.0f}  median {s['p50']:.3f} ms  P99 {s['p99']:.3f} ms  "
+            f"max {s['max']:.3f} ms{extra}")
+
+
+def _ratio(on: dict[str, float], off: dict[str, float], key: str) -> str:
+    if not on.get("n") or not off.get("n") or not off[key]:
+        return "-"
+    return f"{on[key] / off[key]:.2f}"
+
+
+def _window(tmp: Path, on: bool, window_s: float, settle_s: float) -> dict[str, Any]:
+    daemon = start_sim_daemon(tmp, ("mqtt.port=1", "device.id=bench-rec", "link.deadman_ms=250",
+                                    "health.period_s=3600", f"observe.record={str(on).lower()}"))
+    rig, ctl = tmp / "rig.sock", Control(tmp)
+    try:
+        def up() -> bool:
+            if daemon.poll() is not None:
+                raise SystemExit("the daemon exited: " + (tmp / "daemon.log").read_text()[-600:])
+            return bool(ctl.status()["link_up"])
+
+        wait_for(up, 180, "the daemon's link up")
+        time.sleep(settle_s)  # start-up work (the model's load, calibration) out of the window
+        st = ctl.status()
+        period = 1.0 / float(st["loop"]["rate_hz"])
+        if on and not ctl.call("record.start").get("ok"):
+            raise SystemExit("record.start refused")
+        t0 = request(rig, {"cmd": "ping"})["t"]
+        time.sleep(window_s)
+        t1 = request(rig, {"cmd": "ping"})["t"]
+        out: dict[str, Any] = {"period": period, "seconds": t1 - t0}
+        if on:
+            r = ctl.call("record.stop")["result"]
+            out["recorder"] = r["recorder"]
+            path = Path(r["path"])
+            wait_for(lambda: r["recorder"] and path.exists(), 30, "the capture")
+            time.sleep(1.0)
+            out["mcap_bytes"] = path.stat().st_size
+        rec = request(rig, {"cmd": "record", "type": "COMMAND", "since": t0, "limit": 10**6},
+                      timeout=60)
+        times = sorted(f["t"] for f in rec["frames"] if f["t"] <= t1)
+        out["err"], out["missed"], _ = period_errors(times, period)
+        return out
+    finally:
+        stop_daemon(daemon)
+
+
+def daemon_run(pairs: int, window_s: float, settle_s: float) -> None:
+    err: dict[bool, list[float]] = {False: [], True: []}
+    missed = {False: 0, True: 0}
+    cpu, seconds, mcap = [], [], []
+    period = 0.0
+    for k in range(2 * pairs):
+        on = k % 2 == 1
+        tmp = Path(tempfile.mkdtemp(prefix="edge-bench-rec-"))
+        try:
+            w = _window(tmp, on, window_s, settle_s)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        period = w["period"]
+        err[on] += w["err"]
+        missed[on] += w["missed"]
+        if on:
+            cpu.append(w["recorder"]["cpu_s"])
+            seconds.append(w["seconds"])
+            mcap.append(w["mcap_bytes"])
+            print(f"  window {k + 1} (on): recorder CPU {w['recorder']['cpu_s']:.2f} s over "
+                  f"{w['seconds']:.1f} s, tap dropped {w['recorder']['dropped']}, MCAP "
+                  f"{w['mcap_bytes'] / 1e6:.2f} MB")
+    off_s, on_s = _stats(err[False]), _stats(err[True])
+    print(f"{2 * pairs} daemons alternating recorder off/on, idle, {window_s:g} s windows, "
+          f"control period {period * 1e3:g} ms; COMMAND period error at the robot:")
+    print(_fmt("  recorder off", off_s, f"  missed {missed[False]}"))
+    print(_fmt("  recorder on ", on_s, f"  missed {missed[True]}"))
+    print(f"  ratio on/off: P99 {_ratio(on_s, off_s, 'p99')}, median "
+          f"{_ratio(on_s, off_s, 'p50')}, max {_ratio(on_s, off_s, 'max')}")
+    # the recorder thread runs from start-up: its CPU is over the daemon's life, the window a
+    # part of it; per second of the window is an upper bound
+    print(f"  recorder CPU: {sum(cpu):.2f} s over {sum(seconds):.0f} s of windows "
+          f"(<= {100 * sum(cpu) / sum(seconds):.1f} % of a core, start-up included); MCAP "
+          f"{sum(mcap) / sum(seconds) * 60 / 1e6:.1f} MB per minute")
+
+
+def in_process(seconds: float) -> None:
+    from edge_agent.link.messages import Command, Mode, Status, StatusFlag
+    from edge_agent.observe import channels as ch
+    from edge_agent.observe.recorder import Recorder, RecorderSettings
+    from edge_agent.observe.tap import Tap
+
+    sys.setswitchinterval(0.0002)  # as the daemon sets it (daemon/app.py)
+    tap = Tap()
+    tmp = Path(tempfile.mkdtemp(prefix="edge-bench-rec-ip-"))
+    rec = Recorder(tmp, RecorderSettings(pre_s=10.0), tap=tap)
+    rec.start()
+    stop = threading.Event()
+    publish_ns: list[int] = []
+
+    def feed() -> None:
+        k, t_next = 0, time.monotonic()
+        while not stop.is_set():
+            q = tuple(0.1 * j + 1e-4 * (k % 1000) for j in range(7))
+            st = Status(k * 1000, StatusFlag(0), k, q, q, q, 0.012345, 0.23456, 3.14159)
+            t0 = time.perf_counter_ns()
+            tap.publish(ch.LINK_STATUS, st)
+            publish_ns.append(time.perf_counter_ns() - t0)
+            if k % 5 == 0:
+                tap.publish(ch.LINK_TX, Command(Mode.POSITION, q))
+            if k % 10 == 0:
+                tap.publish(ch.EVENTS, {"type": "x", "k": k})
+            k += 1
+            t_next += 0.001
+            time.sleep(max(0.0, t_next - time.monotonic()))
+
+    th = threading.Thread(target=feed)
+    th.start()
+    try:
+        time.sleep(1.0)
+        c0 = rec.status()["cpu_s"]
+        time.sleep(seconds)
+        c1 = rec.status()["cpu_s"]
+        path = rec.start_capture("bench")
+        time.sleep(seconds)
+        c2 = rec.status()["cpu_s"]
+        rec.stop_capture()
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        th.join()
+        rec.stop()
+    size = path.stat().st_size if path is not None else 0
+    p = _stats([x / 1e3 for x in publish_ns])
+    print(f"in-process: STATUS at 1 kHz (+ COMMAND 200 Hz, events 100 Hz), {seconds:g} s each")
+    print(f"  recorder CPU, ring only:      {100 * (c1 - c0) / seconds:.1f} % of a core")
+    print(f"  recorder CPU, ring + writing: {100 * (c2 - c1) / seconds:.1f} % of a core")
+    print(f"  MCAP written: {size / seconds * 60 / 1e6:.1f} MB per minute (lz4)")
+    print(f"  tap.publish on the feeding thread: median {p['p50']:.2f} us  P99 "
+          f"{p['p99']:.2f} us  max {p['max']:.1f} us; dropped "
+          f"{rec.status()['dropped']}")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--pairs", type=int, default=2, help="off/on daemon pairs (default 2)")
+    ap.add_argument("--window-s", type=float, default=20.0)
+    ap.add_argument("--settle-s", type=float, default=5.0)
+    ap.add_argument("--in-process", action="store_true")
+    ap.add_argument("--seconds", type=float, default=10.0, help="--in-process: per phase")
+    a = ap.parse_args(argv)
+    if a.in_process:
+        in_process(a.seconds)
+    else:
+        daemon_run(a.pairs, a.window_s, a.settle_s)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
