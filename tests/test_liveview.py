@@ -50,7 +50,7 @@ def test_server_over_a_private_tap() -> None:
     def publish() -> None:
         i = 0
         while not stop.is_set():
-            tap.publish(channels.EVENTS, {"type": "tick", "n": i})
+            tap.publish(channels.HEALTH, {"kind": "probe", "name": "loop", "n": i})
             tap.publish(channels.LOG, {"level": "info", "event": "hello", "logger": "t", "n": i})
             i += 1
             time.sleep(0.001)
@@ -67,17 +67,17 @@ def test_server_over_a_private_tap() -> None:
         pub.start()
         time.sleep(0.3)
         assert not tap.active  # nobody subscribed: the seams pay nothing
-        client.subscribe([channels.EVENTS, channels.LOG])
+        client.subscribe([channels.HEALTH, channels.LOG])
         got = client.receive(3.0)
         check_schemas(client, got)
-        by = {t: [m for m in got if m.topic == t] for t in (channels.EVENTS, channels.LOG)}
+        by = {t: [m for m in got if m.topic == t] for t in (channels.HEALTH, channels.LOG)}
         for t, msgs in by.items():
             # ~1 kHz published, at most 50 Hz (+ the burst) forwarded
             assert 20 <= len(msgs) <= 50 * 3 + view.limit.burst + 5, (t, len(msgs))
             ns = [m.payload.get("n") for m in msgs if "n" in m.payload]
             assert ns == sorted(ns)
         assert by[channels.LOG][0].payload["level"] == 2  # foxglove.Log INFO
-        assert view.limit.limited[channels.EVENTS] > 0
+        assert view.limit.limited[channels.HEALTH] > 0
         client.close()
         wait_until(lambda: not tap.active, 10, "the tap released when the client left")
     finally:
