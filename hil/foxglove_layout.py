@@ -42,7 +42,9 @@ def layout() -> fl.Layout:
                      [(f"{s}.current[{i}]", f"i{i}") for i in range(JOINTS)], "A")
     force = _plot("Gripper force (N)", [(f"{s}.gripper_force", "measured (link)"),
                                         (f"{ch.SENSORS}.gripper_force", "control tick")], "N")
-    lat_paths = [(f"{ch.DECISIONS}.latency_ms", "decision latency")]
+    # the loop probe's figures (each health period): the latest tick start so far
+    lat_paths = [(f'{ch.HEALTH}{{name=="loop"}}.figures.max_late_ms', "loop lateness max (probe)"),
+                 (f"{ch.DECISIONS}.latency_ms", "decision latency")]
     if LOOP is not None:
         lat_paths = [(f"{LOOP}.late_p99_ms", "loop lateness P99"),
                      (f"{LOOP}.max_late_ms", "loop lateness max"), *lat_paths]

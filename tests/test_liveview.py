@@ -5,6 +5,7 @@ its channel advertised."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -128,11 +129,15 @@ def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> N
     doc = json.loads(text)
     panels: list[dict[str, object]] = []
 
+    paths: list[str] = []
+
     def walk(node: object) -> None:
         if isinstance(node, dict):
             if node.get("type") == "panel":
                 panels.append(node)
-            for v in node.values():
+            for k, v in node.items():
+                if k in ("value", "topicPath", "topicToRender") and isinstance(v, str):
+                    paths.append(v)
                 walk(v)
         elif isinstance(node, list):
             for v in node:
@@ -141,19 +146,8 @@ def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> N
     walk(doc["content"])
     kinds = {p["panelType"] for p in panels}
     assert kinds == {"Plot", "StateTransitions", "RawMessages", "Log"}, kinds  # no 3D
-    named = re_paths(text)
+    named = {re.match(r"/[A-Za-z0-9_/]+", p).group(0) for p in paths}  # type: ignore[union-attr]
     assert named and named <= set(channels.CHANNELS), named - set(channels.CHANNELS)
-    plotted = " ".join(re_values(text))
-    for needle in (".q[", ".current[", "gripper_force", "latency_ms"):
+    plotted = " ".join(paths)
+    for needle in (".q[", ".current[", "gripper_force", "latency_ms", "max_late_ms"):
         assert needle in plotted, needle
-
-
-def re_values(text: str) -> list[str]:
-    import re
-    return re.findall(r'"(?:value|topicPath|topicToRender)": "([^"]+)"', text)
-
-
-def re_paths(text: str) -> set[str]:
-    import re
-    return {re.match(r"(/[A-Za-z0-9_/]+)", v).group(1)  # type: ignore[union-attr]
-            for v in re_values(text)}
