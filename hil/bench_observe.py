@@ -11,19 +11,28 @@ scrapes every 15 s by default: 1 s is 15 times worse) and a Foxglove protocol cl
 control loop's lateness P99 and max and its tick P99 (status.loop, since start-up; each arm
 equally long), overruns; in the "on" arm: messages received by the viewer and the scrape's
 duration (median, P99, max). Prints one JSON line per arm and a summary with on/off ratios.
+
+`--estop-edges N` adds, per round, the robot-side e-stop reaction off vs on: `hil.bench_daemon_estop
+--edges N` (button edge -> STOP frame at the robot, through the guardian) with and without the
+observers' ports, the scraper and the viewer attached as in the loop arms.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from websockets.exceptions import ConnectionClosed
 
 from hil.daemon_proc import Control, start_sim_daemon, stop_daemon, wait_for
 from hil.foxglove_client import FoxgloveClient
@@ -59,8 +68,53 @@ def viewer(port: int, stop: threading.Event, counts: dict[str, int]) -> None:
         while not stop.is_set():
             for m in client.receive(0.5):
                 counts[m.topic] = counts.get(m.topic, 0) + 1
+    except ConnectionClosed:
+        pass  # the daemon stopped first (the e-stop arm ends on its own)
     finally:
         client.close()
+
+
+def attach(mport: int, fport: int, scrape_s: float, stop: threading.Event, took: list[float],
+           counts: dict[str, int]) -> list[threading.Thread]:
+    """The scraper and the viewer, once both ports answer (the daemon starts them after READY)."""
+    def up() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5):
+                pass
+            socket.create_connection(("127.0.0.1", fport), timeout=5).close()
+        except OSError:
+            return False
+        return True
+
+    wait_for(up, 90, "the observers' ports")
+    threads = [threading.Thread(target=scraper, args=(mport, scrape_s, stop, took)),
+               threading.Thread(target=viewer, args=(fport, stop, counts))]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def estop_arm(on: bool, edges: int, scrape_s: float) -> dict[str, Any]:
+    """hil.bench_daemon_estop with the observers off or on (ports, scraper, viewer)."""
+    mport, fport = free_port(), free_port()
+    cmd = [sys.executable, "-m", "hil.bench_daemon_estop", "--edges", str(edges)]
+    if on:
+        cmd += ["--set", f"observe.metrics_port={mport}", "--set", f"observe.foxglove_port={fport}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    stop, took, counts = threading.Event(), [], {}  # type: ignore[var-annotated]
+    threads = attach(mport, fport, scrape_s, stop, took, counts) if on else []
+    out, _ = proc.communicate(timeout=edges * 0.01 + 300)
+    stop.set()
+    for t in threads:
+        t.join(10)
+    m = re.search(r"at the robot \(daemon running\): n=(\d+)\s+P50 ([\d.]+) ms\s+"
+                  r"P99 ([\d.]+) ms\s+P99.9 ([\d.]+) ms\s+max ([\d.]+) ms", out)
+    if m is None:
+        raise SystemExit(f"bench_daemon_estop said:\n{out[-2000:]}")
+    return {"arm": "estop_" + ("on" if on else "off"), "n": int(m[1]), "p50_ms": float(m[2]),
+            "p99_ms": float(m[3]), "max_ms": float(m[5]),
+            "viewer_messages": sum(counts.values()) if on else None,
+            "scrapes": len(took) if on else None}
 
 
 def arm(on: bool, window_s: float, scrape_s: float) -> dict[str, Any]:
@@ -110,12 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--window", type=float, default=20.0, help="seconds per arm")
     p.add_argument("--scrape-s", type=float, default=1.0, help="seconds between scrapes")
+    p.add_argument("--estop-edges", type=int, default=0,
+                   help="per round, also the e-stop reaction off vs on over N press edges")
     args = p.parse_args(argv)
-    rows = []
+    rows, estops = [], []
     for _ in range(args.rounds):
         for on in (False, True):
             rows.append(arm(on, args.window, args.scrape_s))
             print(json.dumps(rows[-1]), flush=True)
+            if args.estop_edges:
+                estops.append(estop_arm(on, args.estop_edges, args.scrape_s))
+                print(json.dumps(estops[-1]), flush=True)
 
     def med(name: str, key: str) -> float:
         xs = sorted(r[key] for r in rows if r["arm"] == name)
@@ -124,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     summary = {k: {"off": med("off", k), "on": med("on", k),
                    "ratio": round(med("on", k) / med("off", k), 2) if med("off", k) else None}
                for k in ("late_p99_ms", "max_late_ms", "tick_p99_ms")}
+    for key in ("p99_ms", "max_ms"):
+        off = sorted(r[key] for r in estops if r["arm"] == "estop_off")
+        on_ = sorted(r[key] for r in estops if r["arm"] == "estop_on")
+        if off and on_:
+            a, b = off[len(off) // 2], on_[len(on_) // 2]
+            summary["estop_" + key] = {"off": a, "on": b, "ratio": round(b / a, 2) if a else None}
     print(json.dumps({"summary": summary, "rounds": args.rounds}))
     return 0
 

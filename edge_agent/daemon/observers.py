@@ -7,6 +7,7 @@ is logged and the daemon runs on: an observer is never a reason to stop a robot.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,40 +60,63 @@ class DaemonMetricsSource:
 
 
 class Observers:
-    """What `start` started; `stop()` (the supervisor's "observe" member) stops them."""
+    """Started on a thread of their own (`start`: the imports of prometheus_client and
+    foxglove-sdk and the binds never hold up the main thread after READY); `stop()` (the
+    supervisor's "observe" member) waits for that thread, then stops what it started."""
 
     def __init__(self) -> None:
         self.stops: list[Callable[[], None]] = []
         self.live: LiveView | None = None
+        self._lock = threading.Lock()
+        self._closing = False
+        self._starter: threading.Thread | None = None
+
+    def start(self, d: ObservedDaemon) -> Observers:
+        self._starter = threading.Thread(target=self._start, args=(d,), name="observe-start",
+                                         daemon=True)
+        self._starter.start()
+        return self
+
+    def _keep(self, stop: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._closing:
+                self.stops.append(stop)
+                return
+        stop()  # stop() came first: this one goes at once
+
+    def _start(self, d: ObservedDaemon) -> None:
+        cfg = d.cfg.observe
+        if cfg.metrics_port is not None:
+            try:
+                from edge_agent.metrics.server import MetricsServer
+                srv = MetricsServer(DaemonMetricsSource(d), cfg.metrics_host, cfg.metrics_port)
+                self._keep(srv.stop)
+            except OSError as exc:
+                _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,
+                           error=str(exc))
+        if cfg.foxglove_port is not None:
+            try:
+                from edge_agent.liveview.server import LiveView
+                view = LiveView(cfg.foxglove_host, cfg.foxglove_port, cfg.foxglove_rate_hz)
+                self.live = view
+                self._keep(view.stop)
+            except (OSError, RuntimeError) as exc:  # foxglove-sdk: RuntimeError, bind failed
+                _log.error("liveview_not_started", host=cfg.foxglove_host,
+                           port=cfg.foxglove_port, error=str(exc))
 
     def stop(self) -> None:
-        for stop in reversed(self.stops):
+        with self._lock:
+            self._closing = True
+            stops, self.stops = self.stops, []
+        if self._starter is not None:
+            self._starter.join(5.0)
+        for stop in reversed(stops):
             try:
                 stop()
             except Exception as exc:  # never raises: the supervisor goes on
                 _log.warning("observer_stop_failed", error=str(exc))
-        self.stops.clear()
 
 
 def start_observers(d: ObservedDaemon) -> Observers:
     """After READY: the metrics endpoint and the live view, each when its port is set."""
-    obs = Observers()
-    cfg = d.cfg.observe
-    if cfg.metrics_port is not None:
-        try:
-            from edge_agent.metrics.server import MetricsServer
-            srv = MetricsServer(DaemonMetricsSource(d), cfg.metrics_host, cfg.metrics_port)
-            obs.stops.append(srv.stop)
-        except OSError as exc:
-            _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,
-                       error=str(exc))
-    if cfg.foxglove_port is not None:
-        try:
-            from edge_agent.liveview.server import LiveView
-            view = LiveView(cfg.foxglove_host, cfg.foxglove_port, cfg.foxglove_rate_hz)
-            obs.stops.append(view.stop)
-            obs.live = view
-        except (OSError, RuntimeError) as exc:  # foxglove-sdk: RuntimeError for a bind failure
-            _log.error("liveview_not_started", host=cfg.foxglove_host, port=cfg.foxglove_port,
-                       error=str(exc))
-    return obs
+    return Observers().start(d)
