@@ -74,6 +74,14 @@ def viewer(port: int, stop: threading.Event, counts: dict[str, int]) -> None:
         client.close()
 
 
+def pump_cpu_s(port: int) -> float | None:
+    """The live view's pump thread CPU seconds, from the metrics endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read(8 << 20).decode()
+    m = re.search(r"^edge_agent_liveview_cpu_seconds_total (\S+)$", text, re.M)
+    return round(float(m[1]), 3) if m else None
+
+
 def attach(mport: int, fport: int, scrape_s: float, stop: threading.Event, took: list[float],
            counts: dict[str, int]) -> list[threading.Thread]:
     """The scraper and the viewer, once both ports answer (the daemon starts them after READY)."""
@@ -144,6 +152,7 @@ def arm(on: bool, window_s: float, scrape_s: float) -> dict[str, Any]:
                     t.start()
             time.sleep(window_s)
             loop = ctl.status()["loop"]
+            pump_cpu = pump_cpu_s(mport) if on else None
         finally:
             stop.set()
             for t in threads:
@@ -154,6 +163,8 @@ def arm(on: bool, window_s: float, scrape_s: float) -> dict[str, Any]:
             "tick_p99_ms": loop["tick_p99_ms"], "ticks": loop["ticks"],
             "overruns": loop["overruns"],
             "viewer_messages": dict(sorted(counts.items())) if on else None,
+            # CPU seconds of the daemon's live-view pump thread since it started
+            "pump_cpu_s": pump_cpu,
             "scrapes": len(took) if on else None,
             "scrape_ms": {"p50": pct(took, 0.5), "p99": pct(took, 0.99),
                           "max": round(max(took), 3) if took else None} if on else None}

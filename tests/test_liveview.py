@@ -8,12 +8,14 @@ import json
 import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import jsonschema
 import pytest
 from daemon_proc import DaemonProc
 from mosquitto import free_port, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 from edge_agent.liveview.rate import RateLimit
 from edge_agent.observe import channels
@@ -91,7 +93,8 @@ def test_server_over_a_private_tap() -> None:
 def daemon(tmp_path: Path):  # type: ignore[no-untyped-def]
     port = free_port()
     d = DaemonProc(tmp_path, None, extra=(f"observe.foxglove_port={port}",
-                                          "observe.foxglove_rate_hz=100")).start()
+                                          "observe.foxglove_rate_hz=100",
+                                          f"observe.metrics_port={free_port()}")).start()
     try:
         d.wait_ready()
         wait_until(lambda: bool(d.events("liveview_listening")), 60, "the live view up")
@@ -120,6 +123,16 @@ def test_a_real_daemons_live_view(daemon: DaemonProc) -> None:
     assert len(status[0].payload["q"]) == 4
     events = [m.payload for m in got if m.topic == channels.EVENTS]
     assert any(e.get("type") == "stop" for e in events), sorted(topics)
+    # the metrics endpoint counts what the view sent, by topic
+    mport = next(int(a.split("=")[1]) for a in daemon.cmd if a.startswith("observe.metrics_port"))
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=20) as r:
+        samples = [s for f in text_string_to_metric_families(r.read().decode())
+                   for s in f.samples]
+    sent = {s.labels["topic"]: s.value for s in samples
+            if s.name == "edge_agent_liveview_messages_total"}
+    assert sent.get(channels.LINK_STATUS, 0) >= len(status)
+    assert any(s.name == "edge_agent_liveview_cpu_seconds_total" and s.value > 0
+               for s in samples)
 
 
 def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> None:

@@ -37,8 +37,9 @@ class ObservedDaemon(Protocol):
 class DaemonMetricsSource:
     """edge_agent.metrics.collector.MetricsSource over the running daemon."""
 
-    def __init__(self, d: ObservedDaemon) -> None:
+    def __init__(self, d: ObservedDaemon, observers: Observers | None = None) -> None:
         self.d = d
+        self.observers = observers
 
     def status(self) -> dict[str, Any]:
         return self.d.status()
@@ -46,6 +47,10 @@ class DaemonMetricsSource:
     def loop_stats(self) -> LoopStats | None:
         loop = self.d.control.loop
         return loop.stats if loop is not None else None
+
+    def live_status(self) -> dict[str, Any] | None:
+        live = self.observers.live if self.observers is not None else None
+        return live.status() if live is not None else None
 
     def journal_files(self) -> Sequence[Path]:
         """Every journal's segments (decisions, episodes, shadow: one directory)."""
@@ -89,7 +94,8 @@ class Observers:
         if cfg.metrics_port is not None:
             try:
                 from edge_agent.metrics.server import MetricsServer
-                srv = MetricsServer(DaemonMetricsSource(d), cfg.metrics_host, cfg.metrics_port)
+                srv = MetricsServer(DaemonMetricsSource(d, self), cfg.metrics_host,
+                                    cfg.metrics_port)
                 self._keep(srv.stop)
             except OSError as exc:
                 _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,

@@ -64,8 +64,9 @@ class LiveView:
                  name: str = "edge-agent") -> None:
         self.tap = tap
         self.limit = RateLimit(rate_hz)
-        self.sent = 0
+        self.sent: dict[str, int] = {}  # messages handed to the server, by topic
         self.encode_errors = 0
+        self.cpu_s = 0.0  # the pump thread's own CPU time (time.thread_time)
         self._ctx = foxglove.Context()
         self._channels = {
             topic: foxglove.Channel(
@@ -98,7 +99,9 @@ class LiveView:
         self._sub = self.tap.subscribe("liveview", TAP_QUEUE, wanted) if wanted else None
 
     def _pump(self) -> None:
+        t0 = time.thread_time()
         while not self._stop.wait(PUMP_PERIOD_S):
+            self.cpu_s = time.thread_time() - t0
             try:
                 if self._listener.changed.is_set():
                     self._resubscribe()
@@ -118,12 +121,13 @@ class LiveView:
                 self.encode_errors += 1
                 continue
             ch.log(data, log_time=t_ns)
-            self.sent += 1
+            self.sent[topic] = self.sent.get(topic, 0) + 1
 
     def status(self) -> dict[str, Any]:
         sub = self._sub
-        return {"port": self.port, "sent": self.sent, "limited": dict(self.limit.limited),
-                "encode_errors": self.encode_errors,
+        return {"port": self.port, "sent": dict(self.sent),
+                "limited": dict(self.limit.limited), "encode_errors": self.encode_errors,
+                "cpu_s": round(self.cpu_s, 6),
                 "tap": sub.stats() if sub is not None else None}
 
     def stop(self) -> None:

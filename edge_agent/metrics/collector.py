@@ -47,6 +47,7 @@ class MetricsSource(Protocol):
     def status(self) -> dict[str, Any]: ...
     def loop_stats(self) -> LoopStats | None: ...
     def journal_files(self) -> Sequence[Path]: ...
+    def live_status(self) -> dict[str, Any] | None: ...
 
 
 def loop_histogram(name: str, doc: str, hist: list[int]) -> HistogramMetricFamily:
@@ -83,6 +84,7 @@ class StatusCollector(Collector):
         yield from self._journal(st.get("journal"))
         yield from self._model(st.get("model"))
         yield from self._stops(st)
+        yield from self._live(self.source.live_status())
 
     def _daemon(self, st: dict[str, Any]) -> Iterator[Metric]:
         info = GaugeMetricFamily(P + "info", "The daemon (always 1)",
@@ -248,3 +250,26 @@ class StatusCollector(Collector):
                                     "An e-stop call to its STOP frame handed to the guardian")
         tally_histogram(est, tally.ESTOP_REACTION, [])
         yield est
+
+    def _live(self, live: dict[str, Any] | None) -> Iterator[Metric]:
+        """The live Foxglove view, when it runs (observe.foxglove_port)."""
+        if live is None:
+            return
+        sent = CounterMetricFamily(P + "liveview_messages", "Messages sent to the live view",
+                                   labels=["topic"])
+        limited = CounterMetricFamily(P + "liveview_limited",
+                                      "Messages the live view's rate limit dropped",
+                                      labels=["topic"])
+        for fam, key in ((sent, "sent"), (limited, "limited")):
+            for topic, n in sorted((live.get(key) or {}).items()):
+                fam.add_metric([topic], float(n))
+        yield sent
+        yield limited
+        yield CounterMetricFamily(P + "liveview_cpu_seconds",
+                                  "CPU time of the live view's pump thread",
+                                  value=float(live.get("cpu_s") or 0.0))
+        tap = live.get("tap") or {}
+        yield CounterMetricFamily(P + "liveview_tap_dropped",
+                                  "Tap items the live view lost to a full queue (resets when "
+                                  "the viewers' subscriptions change)",
+                                  value=float(tap.get("dropped") or 0))
