@@ -89,6 +89,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^edge-agent model shadow\b",
      "needs a running daemon with a model and the candidate in inference.update_dir "
      "(tests/test_shadow_daemon.py runs it against one)"),
+    ("", r"^(\.venv/bin/)?edge-agent record\b",
+     "needs a running daemon or its state dir (tests/test_recorder_daemon.py runs record "
+     "start, stop and list against one)"),
     ("", r"^python3? -m hil\.shadow_doc\b",
      "a real daemon's tasks with a shadow candidate, appended to docs/REPORTS.md (minutes)"),
     ("", r"^edge-agent model ", "names placeholder files (policy.onnx, ed25519:...): INSTALL.md "
