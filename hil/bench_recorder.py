@@ -1,15 +1,16 @@
 """Benchmark: what the flight recorder costs — the control loop with it off vs on, same run.
 
-    python -m hil.bench_recorder [--pairs 2] [--window-s 20]
+    python -m hil.bench_recorder [--rounds 2] [--window-s 20]
     python -m hil.bench_recorder --in-process [--seconds 10]
 
-Default: `edge-agent run --sim` started 2 × `pairs` times in alternating windows, idle (HOLD at
-the loop's rate, STATUS at 1 kHz from the simulated robot): `observe.record=false`, then
-`observe.record=true` with an on-demand capture (`record.start` … `record.stop`) over the whole
-window, so the recorder both keeps its ring (every STATUS encoded) and writes MCAP. Per window,
+Default: `edge-agent run --sim` started 3 × `rounds` times in turn, idle (HOLD at the loop's
+rate, STATUS at 1 kHz from the simulated robot): `observe.record=false` ("off"), `true` with no
+file open ("ring": the usual state, the ring fills), and `true` with an on-demand capture
+(`record.start` … `record.stop`) over the whole window ("capture": every message encoded and
+written). Per window,
 at the robot: the COMMAND frames' arrival times (period error |Δt − period| as
 hil/bench_control_loop.py, missed periods). Prints median, P99 and max for off and on and the
-ratio on/off; the recorder's CPU (its thread's CPU time over the window: record.stop's reply)
+ratio to off; the recorder's CPU (its thread's CPU time over the window: record.stop's reply)
 and the MCAP bytes per minute of the captures.
 
 `--in-process`: the recorder alone in this process, fed from a 1 kHz thread with STATUS
@@ -54,9 +55,25 @@ def _ratio(on: dict[str, float], off: dict[str, float], key: str) -> str:
     return f"{on[key] / off[key]:.2f}"
 
 
-def _window(tmp: Path, on: bool, window_s: float, settle_s: float) -> dict[str, Any]:
+def _span_s(path: Path) -> float | None:
+    """A finished file's message span (s) from its statistics; None while it is open."""
+    from mcap.reader import make_reader
+
+    try:
+        with path.open("rb") as f:
+            st = make_reader(f).get_summary()
+    except Exception:  # not finished yet
+        return None
+    if st is None or st.statistics is None:
+        return None
+    return (st.statistics.message_end_time - st.statistics.message_start_time) / 1e9
+
+
+def _window(tmp: Path, mode: str, window_s: float, settle_s: float) -> dict[str, Any]:
+    on = mode == "capture"
     daemon = start_sim_daemon(tmp, ("mqtt.port=1", "device.id=bench-rec", "link.deadman_ms=250",
-                                    "health.period_s=3600", f"observe.record={str(on).lower()}"))
+                                    "health.period_s=3600",
+                                    f"observe.record={str(mode != 'off').lower()}"))
     rig, ctl = tmp / "rig.sock", Control(tmp)
     try:
         def up() -> bool:
@@ -68,8 +85,12 @@ def _window(tmp: Path, on: bool, window_s: float, settle_s: float) -> dict[str, 
         time.sleep(settle_s)  # start-up work (the model's load, calibration) out of the window
         st = ctl.status()
         period = 1.0 / float(st["loop"]["rate_hz"])
-        if on and not ctl.call("record.start").get("ok"):
-            raise SystemExit("record.start refused")
+        cpu0 = 0.0
+        if on:
+            r0 = ctl.call("record.start")
+            if not r0.get("ok"):
+                raise SystemExit(f"record.start refused: {r0}")
+            cpu0 = r0["result"]["recorder"]["cpu_s"]
         t0 = request(rig, {"cmd": "ping"})["t"]
         time.sleep(window_s)
         t1 = request(rig, {"cmd": "ping"})["t"]
@@ -77,10 +98,10 @@ def _window(tmp: Path, on: bool, window_s: float, settle_s: float) -> dict[str, 
         if on:
             r = ctl.call("record.stop")["result"]
             out["recorder"] = r["recorder"]
+            out["cpu_s"] = r["recorder"]["cpu_s"] - cpu0  # the recorder thread, this window
             path = Path(r["path"])
-            wait_for(lambda: r["recorder"] and path.exists(), 30, "the capture")
-            time.sleep(1.0)
-            out["mcap_bytes"] = path.stat().st_size
+            wait_for(lambda: ctl.status() and _span_s(path), 30, "the capture finished")
+            out["mcap_bytes"], out["mcap_span_s"] = path.stat().st_size, _span_s(path)
         rec = request(rig, {"cmd": "record", "type": "COMMAND", "since": t0, "limit": 10**6},
                       timeout=60)
         times = sorted(f["t"] for f in rec["frames"] if f["t"] <= t1)
@@ -90,40 +111,44 @@ def _window(tmp: Path, on: bool, window_s: float, settle_s: float) -> dict[str, 
         stop_daemon(daemon)
 
 
-def daemon_run(pairs: int, window_s: float, settle_s: float) -> None:
-    err: dict[bool, list[float]] = {False: [], True: []}
-    missed = {False: 0, True: 0}
+MODES = ("off", "ring", "capture")
+
+
+def daemon_run(rounds: int, window_s: float, settle_s: float) -> None:
+    err: dict[str, list[float]] = {m: [] for m in MODES}
+    missed = dict.fromkeys(MODES, 0)
     cpu, seconds, mcap = [], [], []
     period = 0.0
-    for k in range(2 * pairs):
-        on = k % 2 == 1
+    for k in range(len(MODES) * rounds):
+        mode = MODES[k % len(MODES)]
         tmp = Path(tempfile.mkdtemp(prefix="edge-bench-rec-"))
         try:
-            w = _window(tmp, on, window_s, settle_s)
+            w = _window(tmp, mode, window_s, settle_s)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         period = w["period"]
-        err[on] += w["err"]
-        missed[on] += w["missed"]
-        if on:
-            cpu.append(w["recorder"]["cpu_s"])
+        err[mode] += w["err"]
+        missed[mode] += w["missed"]
+        if mode == "capture":
+            cpu.append(w["cpu_s"])
             seconds.append(w["seconds"])
-            mcap.append(w["mcap_bytes"])
-            print(f"  window {k + 1} (on): recorder CPU {w['recorder']['cpu_s']:.2f} s over "
+            mcap.append((w["mcap_bytes"], w["mcap_span_s"]))
+            print(f"  window {k + 1} (capture): recorder CPU {w['cpu_s']:.2f} s over "
                   f"{w['seconds']:.1f} s, tap dropped {w['recorder']['dropped']}, MCAP "
-                  f"{w['mcap_bytes'] / 1e6:.2f} MB")
-    off_s, on_s = _stats(err[False]), _stats(err[True])
-    print(f"{2 * pairs} daemons alternating recorder off/on, idle, {window_s:g} s windows, "
-          f"control period {period * 1e3:g} ms; COMMAND period error at the robot:")
-    print(_fmt("  recorder off", off_s, f"  missed {missed[False]}"))
-    print(_fmt("  recorder on ", on_s, f"  missed {missed[True]}"))
-    print(f"  ratio on/off: P99 {_ratio(on_s, off_s, 'p99')}, median "
-          f"{_ratio(on_s, off_s, 'p50')}, max {_ratio(on_s, off_s, 'max')}")
-    # the recorder thread runs from start-up: its CPU is over the daemon's life, the window a
-    # part of it; per second of the window is an upper bound
-    print(f"  recorder CPU: {sum(cpu):.2f} s over {sum(seconds):.0f} s of windows "
-          f"(<= {100 * sum(cpu) / sum(seconds):.1f} % of a core, start-up included); MCAP "
-          f"{sum(mcap) / sum(seconds) * 60 / 1e6:.1f} MB per minute")
+                  f"{w['mcap_bytes'] / 1e6:.2f} MB over {w['mcap_span_s']:.1f} s")
+    st = {m: _stats(err[m]) for m in MODES}
+    print(f"{len(MODES) * rounds} daemons in turn: recorder off / on (ring only, the usual "
+          f"state) / on with a capture open all window; idle, {window_s:g} s windows, control "
+          f"period {period * 1e3:g} ms; COMMAND period error at the robot:")
+    for m in MODES:
+        print(_fmt(f"  {m:8s}", st[m], f"  missed {missed[m]}"))
+    for m in MODES[1:]:
+        print(f"  ratio {m}/off: P99 {_ratio(st[m], st['off'], 'p99')}, median "
+              f"{_ratio(st[m], st['off'], 'p50')}, max {_ratio(st[m], st['off'], 'max')}")
+    print(f"  recorder CPU while capturing: {sum(cpu):.2f} s over {sum(seconds):.0f} s "
+          f"({100 * sum(cpu) / sum(seconds):.1f} % of a core, the pre_s backlog included); "
+          f"MCAP {sum(b for b, _ in mcap) / sum(s for _, s in mcap) * 60 / 1e6:.1f} MB per "
+          f"minute of recording")
 
 
 def in_process(seconds: float) -> None:
@@ -186,7 +211,8 @@ def in_process(seconds: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=2, help="off/on daemon pairs (default 2)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of off / ring / capture daemons (default 2)")
     ap.add_argument("--window-s", type=float, default=20.0)
     ap.add_argument("--settle-s", type=float, default=5.0)
     ap.add_argument("--in-process", action="store_true")
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.in_process:
         in_process(a.seconds)
     else:
-        daemon_run(a.pairs, a.window_s, a.settle_s)
+        daemon_run(a.rounds, a.window_s, a.settle_s)
     return 0
 
 

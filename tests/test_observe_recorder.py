@@ -148,3 +148,28 @@ def test_the_byte_cap_rotates_too(tmp_path: Path) -> None:
     finally:
         rec.stop()
     assert new.exists() and not (tmp_path / "20000101T000000Z-old-0001.mcap").exists()
+
+
+def test_the_daemon_imports_no_mcap_before_the_recorder_starts(tmp_path: Path) -> None:
+    """Building the daemon (everything before READY) and the tap seams import neither mcap nor
+    lz4; `Recorder.start` (after READY) does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from edge_agent.config import load_config\n"
+        "from edge_agent.daemon.app import Daemon\n"
+        "from edge_agent.observe.recorder import Recorder, RecorderSettings\n"
+        f"cfg = load_config('configs/sim.toml', [{f'state_dir={tmp_path}'!r}], sim=True)\n"
+        "d = Daemon(cfg, sim=True)\n"
+        "before = [m for m in ('mcap', 'lz4') if m in sys.modules]\n"
+        f"r = Recorder(Path({str(tmp_path / 'rec')!r}), RecorderSettings())\n"
+        "r.start(); r.stop()\n"
+        "print(json.dumps([before, 'mcap' in sys.modules]))\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                         timeout=120, check=True)
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [] and after

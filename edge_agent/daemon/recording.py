@@ -87,7 +87,8 @@ class DaemonRecording:
         if path is None:
             raise CommandRefused(ErrorCode.BUSY,
                                  f"record.start: already recording to {rec.recording()}")
-        return {"path": str(path), "pre_s": rec.s.pre_s, "max_s": rec.s.max_capture_s}
+        return {"path": str(path), "pre_s": rec.s.pre_s, "max_s": rec.s.max_capture_s,
+                "recorder": rec.status()}
 
     def record_stop(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         """`record.stop`: the on-demand capture ends; the file is finished within ~0.1 s."""
