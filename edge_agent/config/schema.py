@@ -337,16 +337,13 @@ class ObserveSection:
     record_max_files: int = opt("int", 50, lo=1, hi=100_000)
     record_max_bytes: int = opt("int", 1 << 30, lo=1 << 20, hi=1 << 40)
     record_max_s: float = opt("float", 600.0, lo=1.0, hi=86_400.0)
-    # the Prometheus exposition (`GET /metrics`); unset = off
     metrics_port: int | None = opt("int", lo=1, hi=65535)
     metrics_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
                             hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
-    # the Foxglove WebSocket server (foxglove-sdk); unset = off
     foxglove_port: int | None = opt("int", lo=1, hi=65535)
     foxglove_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
                              hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
-    # at most this many messages a second per channel reach the live view (the rest dropped)
-    foxglove_rate_hz: float = opt("float", 50.0, lo=0.1, hi=1000.0)
+    foxglove_rate_hz: float = opt("float", 50.0, lo=0.1, hi=1000.0, hint="messages/s per channel")
 
 
 @dataclass(frozen=True, slots=True)
