@@ -69,6 +69,18 @@ def test_scrape_has_the_daemons_figures(daemon: DaemonProc) -> None:
     port: int = daemon.port  # type: ignore[attr-defined]
     wait_until(lambda: one(scrape(port)[1], "edge_agent_loop_ticks_total") > 50, 60,
                "the loop ticking")
+    # a task: the policy decides (the decision latency histogram by backend), then the e-stop
+    assert daemon.socket_cmd("task.start")["ok"]
+
+    def decided() -> int:
+        inf = daemon.socket_cmd("status")["result"]["inference"]
+        return int(inf["decisions"]) + int(inf["no_decisions"])
+
+    wait_until(lambda: decided() >= 3, 60, "three policy decisions")
+    made = decided()
+    counts = [s for s in scrape(port)[1] if s.name == "edge_agent_decision_latency_seconds_count"]
+    assert sum(s.value for s in counts) >= made, counts
+    assert {s.labels["backend"] for s in counts} <= {"triton", "local", "cached", "rule", "none"}
     assert daemon.socket_cmd("estop")["ok"]
     wait_until(lambda: one(scrape(port)[1], "edge_agent_stop_latched") == 1.0, 30, "latched")
     fams, samples = scrape(port)
