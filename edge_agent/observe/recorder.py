@@ -162,13 +162,6 @@ class Recorder:
         """The on-demand capture's path while one runs."""
         return self._demand_path
 
-    def files(self) -> list[dict[str, Any]]:
-        out = []
-        for p in sorted(self.dir.glob("*.mcap")):
-            with contextlib.suppress(OSError):
-                out.append({"path": str(p), "bytes": p.stat().st_size})
-        return out
-
     def status(self) -> dict[str, Any]:
         sub = self._sub
         with self._lock:
