@@ -173,3 +173,51 @@ def test_the_daemon_imports_no_mcap_before_the_recorder_starts(tmp_path: Path) -
                          timeout=120, check=True)
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert before == [] and after
+
+
+def test_every_report_kind_through_the_outbox_names_a_finished_recording(
+        tmp_path: Path) -> None:
+    """The outbox's link hook (daemon/recording.py) is applied to every report whatever its
+    kind: each persisted report names its file, which is finished and readable."""
+    import dataclasses
+
+    from test_reports import _stop_report
+
+    from edge_agent.commands.api import CommandAPI
+    from edge_agent.config import load_config
+    from edge_agent.daemon.recording import DaemonRecording
+    from edge_agent.reports.outbox import Outbox
+    from edge_agent.reports.record import ReportKind
+    from edge_agent.reports.sinks import DiskSink
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = load_config(repo / "configs" / "sim.toml", [
+        f"state_dir={tmp_path}", "observe.record_pre_s=0.3", "observe.record_post_s=3"],
+        sim=True)
+    api = CommandAPI(lambda: "idle")
+    rec = DaemonRecording(cfg, api)
+    assert rec.recorder is not None
+    rec.recorder = Recorder(rec.recorder.dir, rec.recorder.s, tap=Tap())  # a private tap
+    ob = Outbox(tmp_path / "outbox", [DiskSink(tmp_path / "reports", 50)], plot=False)
+    ob.link = rec.link
+    rec.start()
+    ob.start()
+    base = _stop_report()
+    try:
+        for i, kind in enumerate(ReportKind):
+            r = dataclasses.replace(base, id=f"{base.id[:-2]}{i:02d}", kind=kind)
+            ob.submit(lambda r=r: r)
+        wait_until(lambda: len(list((tmp_path / "reports").glob("*.json"))) == len(ReportKind),
+                   30, "every kind on disk")
+        r0 = rec.recorder
+        wait_until(lambda: r0.status()["written"] + r0.status()["merged"] == len(ReportKind)
+                   and not r0.status()["open"], 30, "every recording finished")
+    finally:
+        ob.stop()
+        rec.stop()
+    for p in (tmp_path / "reports").glob("*.json"):
+        d = json.loads(p.read_text())
+        got = read_checked(Path(d["recording"]))
+        assert {"report_id": d["id"], "kind": d["kind"]}.items() <= next(
+            m for m in got["marks"] if m["report_id"] == d["id"]).items()
+    assert r0.status()["merged"] == len(ReportKind) - 4  # at once: 4 files, the rest joined

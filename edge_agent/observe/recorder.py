@@ -35,7 +35,7 @@ from edge_agent.observe.tap import TAP, Item, Tap
 
 _log = get_logger(__name__)
 _NS = 1_000_000_000
-MAX_OPEN = 4  # captures open at once; a further trigger is refused (counted)
+MAX_OPEN = 4  # report captures open at once; a further report joins the newest (`merged`)
 WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms: > 1 kHz)
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -83,12 +83,14 @@ class Recorder:
         self._open: list[_Capture] = []
         self._on_demand: _Capture | None = None
         self._demand_path: Path | None = None  # the caller's side of _on_demand
+        self._triggered: dict[Path, int] = {}  # report captures not finished: path -> end (ns)
+        self.merged = 0  # triggers that joined an open file (MAX_OPEN open already)
         self._names = itertools.count(1)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # status() against the thread
         self.written = 0  # files finished
-        self.refused = 0  # triggers refused (MAX_OPEN files already open)
+        self.refused = 0  # on-demand starts refused (the recorder thread saw one running)
         self.rotated = 0  # files removed by the caps
         self.encode_errors = 0
         self.cpu_s = 0.0  # the recorder thread's CPU time
@@ -117,11 +119,20 @@ class Recorder:
         """A capture from `pre_s` before `t_wall` (now if None) to `post_s` after it; the
         path the finished file will have."""
         t_ns = int((time.time() if t_wall is None else t_wall) * _NS)
-        path = self._path(reason, t_ns)
+        end = t_ns + int(self.s.post_s * _NS)
         mark = {"reason": reason, "report_id": report_id, "kind": kind, "trigger": ch.stamp(t_ns)}
+        with self._lock:
+            if len(self._triggered) >= MAX_OPEN:  # a storm: the newest open file grows
+                path = max(self._triggered, key=self._triggered.__getitem__)
+                self._triggered[path] = max(self._triggered[path], end)
+                self.merged += 1
+                self._requests.put(("mark", (path, t_ns, mark)))
+                return path
+            path = self._path(reason, t_ns)
+            self._triggered[path] = end
         self._requests.put(("open", _Capture(
-            path, t_ns - int(self.s.pre_s * _NS), t_ns + int(self.s.post_s * _NS),
-            t_ns + int(self.s.max_capture_s * _NS), mark, t_ns)))
+            path, t_ns - int(self.s.pre_s * _NS), end, t_ns + int(self.s.max_capture_s * _NS),
+            mark, t_ns)))
         return path
 
     def start_capture(self, name: str = "manual") -> Path | None:
@@ -151,20 +162,14 @@ class Recorder:
         """The on-demand capture's path while one runs."""
         return self._demand_path
 
-    def files(self) -> list[dict[str, Any]]:
-        out = []
-        for p in sorted(self.dir.glob("*.mcap")):
-            with contextlib.suppress(OSError):
-                out.append({"path": str(p), "bytes": p.stat().st_size})
-        return out
-
     def status(self) -> dict[str, Any]:
         sub = self._sub
         with self._lock:
             return {"dir": str(self.dir), "open": [str(c.path) for c in self._open],
                     "recording": str(self._demand_path) if self._demand_path else None,
                     "written": self.written,
-                    "refused": self.refused, "rotated": self.rotated,
+                    "refused": self.refused, "merged": self.merged,
+                    "rotated": self.rotated,
                     "ring_messages": len(self._ring), "ring_bytes": self._ring_bytes,
                     "dropped": sub.dropped if sub is not None else 0,
                     "encode_errors": self.encode_errors, "cpu_s": round(self.cpu_s, 3),
@@ -198,15 +203,25 @@ class Recorder:
         now = time.time_ns()
         for c in list(self._open):
             c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
-            end = min(c.end_ns if c.end_ns is not None else c.limit_ns, c.limit_ns)
+            end = self._end_of(c)
             done = final or now >= end
             # encoding is the recorder's only real work: at most WRITE_BATCH messages a cycle
             # (a trigger's pre_s backlog goes out over a few cycles, not in one GIL-long burst)
             self._drain(c, end, None if done else WRITE_BATCH)
-            if done and not c.pending:
+            if done and (final or not c.pending or c.pending[0][1] > end):
+                with self._lock:
+                    if not final and self._triggered.get(c.path, end) > end:
+                        continue  # a later report joined it meanwhile
+                    self._triggered.pop(c.path, None)
                 self._finish(c)
             elif c.file is not None:
                 c.file.flush()
+
+    def _end_of(self, c: _Capture) -> int:
+        if c.end_ns is None:  # on demand, not stopped yet
+            return c.limit_ns
+        with self._lock:
+            return min(self._triggered.get(c.path, c.end_ns), c.limit_ns)
 
     def _take(self) -> list[Item]:
         """The tap's new items into the ring, unencoded (encoding waits for a capture that
@@ -231,9 +246,9 @@ class Recorder:
         pending = c.pending
         n = 0
         while pending and (budget is None or n < budget):
+            if pending[0][1] > end:
+                break  # after the capture's end (for now: a later report may extend it)
             topic, t, payload = pending.popleft()
-            if t > end:
-                continue  # published after the capture's end
             try:
                 data = ch.encode(topic, payload, t)
             except Exception:
@@ -250,8 +265,14 @@ class Recorder:
                 c.end_ns = arg
                 self._on_demand = None
             return
+        if what == "mark":  # a further report in a file already open: its mark
+            path, t_ns, mark = arg
+            for c in self._open:
+                if c.path == path:
+                    c.pending.appendleft((ch.RECORDER, t_ns, mark))
+            return
         cap: _Capture = arg
-        if len(self._open) >= MAX_OPEN or (what == "start" and self._on_demand is not None):
+        if what == "start" and self._on_demand is not None:
             with self._lock:
                 self.refused += 1
                 if what == "start" and self._demand_path == cap.path:
