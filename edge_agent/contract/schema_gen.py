@@ -19,6 +19,7 @@ import functools
 import inspect
 import types
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
 from edge_agent.contract import events, events_more, status
@@ -64,8 +65,8 @@ class Gen:
         refs = [m.name for m in meta if isinstance(m, Ref)]
         out = self._nullable(self.ref(refs[0]), tp) if self.doc and refs else self._bare(tp)
         for m in meta:
-            if isinstance(m, S):
-                out.update(m.kw)
+            if isinstance(m, S) and "$ref" not in out and "anyOf" not in out:
+                out.update(m.kw)  # with a Ref, the document's component holds them
         text = " ".join(m for m in meta if isinstance(m, str))
         if text:
             out = {"description": text, **out} if "$ref" not in out else {
@@ -96,7 +97,7 @@ class Gen:
         if origin in (list, tuple) or tp in (list, tuple):
             args = get_args(tp)
             return {"type": "array", "items": self.of(args[0])} if args else {"type": "array"}
-        if origin is dict or tp is dict:
+        if origin in (dict, Mapping) or tp is dict:
             args = get_args(tp)
             if not args or args[1] is Any:
                 return {"type": "object"}

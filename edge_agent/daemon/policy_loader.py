@@ -22,8 +22,10 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
     from edge_agent.executor.executor import Executor
     from edge_agent.inference.assembly import InferenceStack
+    from edge_agent.inference.backend import InferenceEvent
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
@@ -33,8 +35,8 @@ class PolicyLoader:
     """Owns the inference stack (None until built) and says which backend decides."""
 
     def __init__(self, cfg: Config, executor: Executor, executor_lock: threading.RLock,
-                 journal: DecisionJournal | None, events: MutableSequence[dict[str, Any]],
-                 publish: Callable[[dict[str, Any]], None], *, sim_gpu: bool = False) -> None:
+                 journal: DecisionJournal | None, events: MutableSequence[Event],
+                 publish: Callable[[Event], None], *, sim_gpu: bool = False) -> None:
         self._cfg = cfg
         self._sim_gpu = sim_gpu  # --sim with sim.gpu: the simulated GPU (inference/sim_gpu.py)
         self._executor = executor
@@ -156,7 +158,7 @@ class PolicyLoader:
         if self.stack is not None:
             self.stack.stop()
 
-    def _on_event(self, ev: Any) -> None:
+    def _on_event(self, ev: InferenceEvent) -> None:
         self.trial.taps.on_inference_event(ev)
         self._events.append(ev.as_dict())  # may run on the control thread: only enqueue
 

@@ -10,7 +10,7 @@ publishes the `stop` / `stop_cleared` / `stop_update` event. Nothing here clears
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edge_agent.clock import Clock
 from edge_agent.commands import Freshness
@@ -20,6 +20,9 @@ from edge_agent.link.codec import Stop, StopCategory, StopReason
 from edge_agent.log import get_logger
 from edge_agent.vocab import EventType, StopCause
 
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
+
 _log = get_logger(__name__)
 
 
@@ -28,7 +31,7 @@ class StopPath:
 
     def __init__(self, latch: StopLatch, control: ControlPath, clock: Clock,
                  freshness: Freshness, *, save_snapshot: Callable[[], object],
-                 publish: Callable[[dict[str, Any]], None],
+                 publish: Callable[[Event], None],
                  state_changed: Callable[[], None]) -> None:
         self.latch = latch
         self.control = control
@@ -55,13 +58,13 @@ class StopPath:
         if cause is not None:
             self.control.send_stop(cause)
         self._save_snapshot()
-        if cause is not None:
-            self._publish({"type": EventType.STOP,
-                           "kind": state.kind.value if state.kind else None,
-                           "cause": cause.value})
-        else:
-            cleared = EventType.STOP_CLEARED if not state.latched else EventType.STOP_UPDATE
-            self._publish({"type": cleared, "hardware_input": state.hardware_input})
+        if cause is not None and state.kind is not None:  # a trip: the latch has a kind
+            self._publish({"type": EventType.STOP, "kind": state.kind, "cause": cause})
+        elif cause is None:
+            hw = state.hardware_input
+            self._publish({"type": EventType.STOP_CLEARED, "hardware_input": hw}
+                          if not state.latched else
+                          {"type": EventType.STOP_UPDATE, "hardware_input": hw})
         self._state_changed()
 
     def on_guardian_down(self, reason: str) -> None:
