@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
-from edge_agent.contract import events, events_more, status
+from edge_agent.contract import events, events_more, status, status_model
 from edge_agent.contract.base import EventBase, Ref, S
 
 DOC_PREFIX = "#/components/schemas/"
@@ -30,7 +30,8 @@ _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool:
                            type(None): "null"}
 
 # Records named in docs/asyncapi.yaml (a `$ref` there, inline in the stand-alone form).
-NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields)
+NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields, status_model.ModelRef,
+                                   status_model.ShadowStatus, status_model.ModelStatus)
 _ENVELOPE = frozenset(EventBase.__annotations__)  # set by the hub, not the producer
 # A record built on a named one (Python 3.11's TypedDict does not keep its bases).
 EXTENDS: dict[type, type] = {status.StatePayload: status.StateFields,
@@ -161,7 +162,8 @@ def doc_schemas() -> dict[str, dict[str, Any]]:
     gen = Gen(doc=True)
     out: dict[str, dict[str, Any]] = {}
     cls: type
-    for cls in (status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
+    for cls in (status_model.ModelRef, status_model.ShadowStatus, status_model.ModelStatus,
+                status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
         out[cls.__name__] = gen.record(cls)
     out["EventPayload"] = any_event_schema(doc=True)
     for cls in event_records().values():
@@ -219,7 +221,7 @@ def _by_name(name: str) -> dict[str, Any]:
         return event_schema(name.removeprefix("event:"))
     if name in _PAYLOADS:
         return Gen(doc=False).record(_PAYLOADS[name])
-    for mod in (events, events_more, status):
+    for mod in (events, events_more, status, status_model):
         cls = getattr(mod, name, None)
         if is_typeddict(cls):
             return Gen(doc=False).record(typing.cast(type, cls))

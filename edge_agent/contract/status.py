@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
+from edge_agent.contract.status_model import ModelStatus
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -189,7 +190,7 @@ class StatusResult(StateFields):
     journal: NotRequired[Annotated[dict[str, Any] | None, "the decision journal's figures"]]
     inference: NotRequired[Annotated[dict[str, Any] | None, "the policy router's backends and "
                                      "counters (null without a model)"]]
-    model: NotRequired[Annotated[dict[str, Any], Ref("ModelStatus")]]
+    model: NotRequired[ModelStatus]
     link: LinkStatus
     reports: NotRequired[dict[str, Any]]
     loop: NotRequired[LoopReport | None]

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, MutableSequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge_agent.daemon.model_trial import ModelTrial
 from edge_agent.daemon.shadow import ShadowControl
@@ -23,6 +23,7 @@ from edge_agent.vocab import EventType
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
+    from edge_agent.contract.status_model import ModelStatus
     from edge_agent.executor.executor import Executor
     from edge_agent.inference.assembly import InferenceStack
     from edge_agent.inference.backend import InferenceEvent
@@ -123,9 +124,10 @@ class PolicyLoader:
             return "no model is configured (set inference.model or inference.triton_url)"
         return "the inference stack is still loading; retry after the policy_ready event"
 
-    def model_status(self) -> dict[str, Any]:
-        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow."""
-        return {**self.trial.status(), "shadow": self.shadow.status()}
+    def model_status(self) -> ModelStatus:
+        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow (its
+        dicts are untyped; tests/test_model_trial_daemon.py checks them against the schema)."""
+        return cast("ModelStatus", {**self.trial.status(), "shadow": self.shadow.status()})
 
     def update_model(self, uri: str, sha256: str, version: str | None,
                      allow_bad: bool = False) -> dict[str, Any]:
