@@ -208,14 +208,14 @@ def _cmd_check(a: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(_config_error(exc, a.path), file=sys.stderr)
             return EXIT_FAIL
-    from edge_agent.model_cli import configured_model_problem
+    from edge_agent.model_cli import configured_gate_warning, configured_model_problem
 
     why = configured_model_problem(cfg.inference)  # the daemon would refuse to load it
     if why is not None:
         print(f"error: {a.path}: inference.model = {str(cfg.inference.model)!r}: {why}",
               file=sys.stderr)
         return EXIT_FAIL
-    for w in cfg.warnings:
+    for w in [*cfg.warnings, *filter(None, [configured_gate_warning(cfg.inference)])]:
         print(f"warning: {a.path}: {w}", file=sys.stderr)
     r = cfg.robot
     print(f"OK: {a.path} (device {cfg.device.id}, robot {r.name} {r.n_joints} joints, "

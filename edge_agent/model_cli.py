@@ -1,10 +1,15 @@
-"""`edge-agent model keygen | sign | verify | status`: signed policy models, and the robot's.
+"""`edge-agent model keygen | gate | sign | verify | status | shadow`: signed policy models.
 
     edge-agent model keygen --out release.key        private key (0600); prints the public key
-    edge-agent model sign MODEL.onnx --key release.key [--version V]
+    edge-agent model gate CANDIDATE.onnx (--current PATH | --config CFG) [--out RECORD.json]
+    edge-agent model sign MODEL.onnx --key release.key [--version V] [--gate RECORD.json]
     edge-agent model verify MODEL.onnx (--config CFG | --public-key ed25519:...)
     edge-agent model status [--config CFG] [--json]   the running daemon's models (trial too)
     edge-agent model shadow MODEL.onnx --sha256 HEX | --stop   (model_shadow_cli.py)
+
+`gate` (hil/gate.py) runs candidate and current lock-step on the simulated robot and writes an
+evaluation record; `sign --gate` binds it into the card (the `gate` field, under the signature;
+edge_agent/inference/gate_record.py), which `inference.require_gate` asks for.
 
 `sign` writes (or rewrites) MODEL.card.json beside the model with the model's sha256 and an
 Ed25519 signature (edge_agent/inference/model_signing.py); a model without a card gets one
@@ -36,6 +41,10 @@ def add_parser(sub: Any) -> None:
     sg.add_argument("--key", required=True, metavar="PATH", help="the private key (PEM)")
     sg.add_argument("--version", help="set the card's version before signing")
     sg.add_argument("--name", help="the card's name when a card is derived (default: policy)")
+    sg.add_argument("--gate", metavar="RECORD.json",
+                    help="bind this `model gate` record into the card (its candidate sha256 "
+                         "must be the model's)")
+    _add_gate_parser(msub)
     vf = msub.add_parser("verify", help="check a model's sha256 and signature")
     vf.add_argument("model", metavar="MODEL", help="the .onnx file (its card beside it)")
     vf.add_argument("--config", metavar="PATH", help="use this config's inference.trusted_keys")
@@ -59,13 +68,56 @@ def run(a: argparse.Namespace) -> int:
         return run_shadow(a)
     try:
         return {"keygen": _keygen, "sign": _sign, "verify": _verify,
-                "status": run_status}[a.model_command](a)
+                "gate": _gate, "status": run_status}[a.model_command](a)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return 1
+
+
+def _add_gate_parser(msub: Any) -> None:
+    from edge_agent.inference.gate_record import GATE_DEFAULTS as d
+
+    gt = msub.add_parser("gate", help="evaluate a candidate against the current model (paired "
+                                      "episodes on the simulated robot, latency, journal replay)",
+                         description="The release gate (hil/gate.py, docs/MODELS.md): exit 0 "
+                                     "pass, 1 fail or refused, 2 usage.")
+    gt.add_argument("candidate", metavar="CANDIDATE", help="the candidate .onnx")
+    gt.add_argument("--current", metavar="PATH", help="the model to compare with")
+    gt.add_argument("--config", metavar="CFG",
+                    help="a robot's config: its current model (model cache, else "
+                         "inference.model) and deadline; the gate runs at idle priority and "
+                         "not while that daemon runs a task")
+    gt.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a key of --config (as `edge-agent run --set`)")
+    gt.add_argument("--episodes", type=int, default=d["episodes"],
+                    help="paired episodes per fault class (default %(default)s)")
+    gt.add_argument("--faults", metavar="LABEL,...", help="only these fault classes")
+    gt.add_argument("--journal", action="append", default=[], metavar="STATE_DIR",
+                    help="replay this state dir's decision journal (repeatable)")
+    gt.add_argument("--jobs", type=int, default=1, help="processes (default 1)")
+    gt.add_argument("--out", metavar="RECORD.json", help="write the evaluation record here")
+    gt.add_argument("--alpha", type=float, default=d["alpha"],
+                    help="significance level per class (default %(default)s)")
+    gt.add_argument("--margin", type=float, default=d["margin_points"],
+                    help="success drop in points a failing class must reach "
+                         "(default %(default)s)")
+    gt.add_argument("--seed-base", type=int, default=d["seed_base"], help=argparse.SUPPRESS)
+    gt.add_argument("--latency-observations", type=int, default=d["latency_observations"],
+                    help="decisions timed per model (default %(default)s; 0: none)")
+    gt.add_argument("--priority", choices=("auto", "idle", "normal"), default="auto",
+                    help="idle: nice 19 + SCHED_IDLE (auto: idle with --config)")
+
+
+def _gate(a: argparse.Namespace) -> int:
+    try:
+        from hil.gate import main
+    except ImportError as exc:  # hil ships in the wheel; its numpy/onnxruntime too
+        print(f"error: the gate needs the hil package: {exc}", file=sys.stderr)
+        return 2
+    return main(a)
 
 
 def configured_model_problem(inference: Any) -> str | None:
@@ -86,6 +138,25 @@ def configured_model_problem(inference: Any) -> str | None:
     except (ModelError, OSError) as exc:
         return str(exc)
     return None
+
+
+def configured_gate_warning(inference: Any) -> str | None:
+    """For check-config: with inference.require_gate, the configured model's card lacks a
+    passing gate record (a warning: the configured model is not held to it at start-up)."""
+    from edge_agent.inference.gate_record import gate_problem
+    from edge_agent.inference.model_card import ModelCard, ModelError, card_path_for
+
+    if not inference.require_gate or inference.model is None:
+        return None
+    try:
+        card_path = card_path_for(inference.model)
+        why = gate_problem(ModelCard.load(card_path) if card_path.exists() else None)
+    except (ModelError, OSError) as exc:
+        why = str(exc)
+    if why is None:
+        return None
+    return (f"inference.model: {why}; it is loaded at start-up all the same "
+            "(require_gate holds model.update only)")
 
 
 def _keygen(a: argparse.Namespace) -> int:
@@ -112,6 +183,11 @@ def _sign(a: argparse.Namespace) -> int:
         card = ModelCard.load(card_path).with_identity(sha, a.version)
     else:
         card = _derive(model, sha, a.version or "unversioned", a.name or "policy")
+    if a.gate:
+        from edge_agent.inference.gate_record import bind_record
+
+        card, note = bind_record(card, Path(a.gate))
+        print(note, file=sys.stderr)
     signed = sign_card(card, Path(a.key).read_bytes())
     tmp = card_path.with_name(f".{card_path.name}.tmp")
     tmp.write_text(signed.dumps(), encoding="utf-8")
@@ -165,4 +241,7 @@ def _verify(a: argparse.Namespace) -> int:
     signer = verify_card(card, keys)
     print(f"OK: {model.name} sha256 {sha}, version {card.version if card else '?'}, signed by "
           f"key id {signer}")
+    from edge_agent.inference.gate_record import describe
+
+    print(f"gate: {describe(card)}")
     return 0

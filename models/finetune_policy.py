@@ -53,6 +53,7 @@ import train_policy as tp  # noqa: E402
 from edge_agent.executor.policy import ExpertPolicy  # noqa: E402
 from edge_agent.policy_seam import OBS_DIM, OBS_INDEX, POLICY_STATES, Observation  # noqa: E402
 from edge_agent.vocab import State  # noqa: E402
+from hil.policy_eval import evaluate_pair, expert_for  # noqa: E402
 
 VERDICTS = ("correct", "wrong", "needs_work")
 DEFAULT_EPOCHS = 30
@@ -123,7 +124,7 @@ def expert_action(expert: ExpertPolicy, vector: Sequence[float], state: str | No
 def targets(frames: Sequence[Frames], needs_work: str) -> tuple[tp.Array, tp.Array,
                                                                   dict[str, int]]:
     """The training set: (observations, target actions) and what happened to each frame."""
-    expert = tp.expert_for()
+    expert = expert_for()
     xs: list[tp.Array] = []
     ys: list[int] = []
     n = {"frames": 0, "kept_taken": 0, "relabelled_wrong": 0, "relabelled_changed": 0,
@@ -178,32 +179,6 @@ def load_parent(path: Path) -> tuple[tp.Mlp, dict[str, Any], bytes]:
     scaling = tp.Scaling(init["center"], init["inv_scale"], float(init["hi"]))
     card = json.loads(path.with_name(path.stem + ".card.json").read_text())
     return tp.Mlp(scaling, layers), card, data
-
-
-def evaluate_pair(parent: bytes, candidate: bytes, per_class: int, faults: Sequence[str] | None,
-                  n_procs: int, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Held-out lock-step success per fault class: the same seeds for parent and candidate."""
-    classes = [(ci, fc) for ci, fc in enumerate(tp.FAULT_CLASSES)
-               if faults is None or fc.label in faults]
-    runs = {}
-    for name, model in (("parent", parent), ("candidate", candidate)):
-        t0 = time.perf_counter()
-        jobs = [tp.EpisodeJob(tp.EVAL_SEED_BASE + ci * tp.CLASS_SEED_STRIDE + i, fc.fault,
-                              fc.severity, "model", model, fc.transient)
-                for ci, fc in classes for i in range(per_class)]
-        runs[name] = tp.run_jobs(jobs, n_procs)
-        log(f"  evaluated {name}: {len(jobs)} episodes in {time.perf_counter() - t0:.0f} s")
-    table = []
-    for k, (_, fc) in enumerate(classes):
-        row: dict[str, Any] = {"fault": fc.label, "episodes": per_class}
-        for name in runs:
-            part = runs[name][k * per_class:(k + 1) * per_class]
-            row[name] = round(100.0 * sum(r.success for r in part) / per_class, 1)
-            row[f"{name}_attempts"] = round(sum(r.attempts for r in part) / per_class, 2)
-        table.append(row)
-    return {"episodes_per_class": per_class, "seed_base": tp.EVAL_SEED_BASE,
-            "paired": "the same seeds, faults and severities for parent and candidate",
-            "success": table}
 
 
 def format_table(ev: dict[str, Any]) -> str:

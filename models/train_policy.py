@@ -5,8 +5,8 @@
 
 1. Demonstrations: lock-step episodes (`hil.episodes.run_episode`, the real Executor against the
    simulated edge-arm-4) on seeded cube poses, with no fault and with each fault class in
-   `FAULT_CLASSES` injected (before the task starts; a transient class while the part is
-   carried, timed by `hil.episodes.transient_slip(seed)`). Every decision tick records
+   `hil.policy_eval.FAULT_CLASSES` injected (before the task starts; a transient class while
+   the part is carried, timed by `hil.episodes.transient_slip(seed)`). Every decision tick records
    (observation vector, the action `ExpertPolicy` chooses). Half the episodes are *driven* by
    `AlwaysAdvancePolicy` while still labelled by the expert, so the data also covers states the
    expert itself leaves early (a stalled grasp held until its L1 timeout, a re-grasp window
@@ -35,12 +35,11 @@ import argparse  # noqa: E402
 import hashlib  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
-import multiprocessing  # noqa: E402
 import random  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -50,17 +49,16 @@ from numpy.typing import NDArray  # noqa: E402
 if __name__ == "__main__":  # run as a script from a checkout: make edge_agent/hil importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from edge_agent.executor.policy import AlwaysAdvancePolicy, ExpertPolicy  # noqa: E402
-from edge_agent.executor.tasks import ExecutorConfig  # noqa: E402
-from edge_agent.policy_seam import (  # noqa: E402
-    OBS_DIM,
-    OBS_FIELDS,
-    Action,
-    Observation,
-    Policy,
-    action_from_scores,
+from edge_agent.policy_seam import OBS_DIM, OBS_FIELDS, Action  # noqa: E402
+from hil.policy_eval import (  # noqa: E402  (the shared core: fault classes, seeded episodes)
+    CLASS_SEED_STRIDE,
+    EVAL_SEED_BASE,
+    FAULT_CLASSES,
+    EpisodeJob,
+    EpisodeRecord,
+    OnnxPolicy,
+    run_jobs,
 )
-from edge_agent.robot import RobotDescription, load_robot  # noqa: E402
 
 OPSET = 17
 NAME = "pick-place-policy"
@@ -70,171 +68,14 @@ N_ACTIONS = len(Action)
 LABELS = [a.name.lower() for a in Action]
 Array = NDArray[Any]
 
-
-@dataclass(frozen=True, slots=True)
-class FaultClass:
-    """One row of the success table: a rig fault injected before the task starts."""
-
-    label: str
-    fault: str | None = None
-    severity: str | float | None = None
-    train_severity: tuple[float, float] | None = None  # demonstrations: uniform in this range
-    transient: bool = False  # injected while carrying, briefly: hil.episodes.transient_slip
-
-
-FAULT_CLASSES: tuple[FaultClass, ...] = (
-    FaultClass("none"),
-    FaultClass("gripper:weak_close recoverable", "gripper:weak_close", "recoverable"),
-    FaultClass("gripper:weak_close unrecoverable", "gripper:weak_close", "unrecoverable"),
-    FaultClass("gripper:slip", "gripper:slip"),
-    FaultClass("collision:impact", "collision:impact"),
-    FaultClass("sensor:wrist_force:noise", "sensor:wrist_force:noise", None, (0.3, 2.0)),
-    FaultClass("sensor:wrist_force:spikes", "sensor:wrist_force:spikes", None, (0.3, 2.0)),
-    FaultClass("sensor:wrist_force:stuck", "sensor:wrist_force:stuck"),
-    FaultClass("sensor:gripper_position:noise", "sensor:gripper_position:noise", None,
-               (0.3, 2.0)),
-    FaultClass("sensor:joint_encoders:noise", "sensor:joint_encoders:noise", None, (0.3, 2.0)),
-    FaultClass("sensor:joint_currents:spikes", "sensor:joint_currents:spikes", None,
-               (0.3, 2.0)),
-    # The camera lost briefly while the part is carried (0.1-0.8 s, within the channel's
-    # predict_max_s: the Kalman prediction covers it). A dropout for the whole episode is a
-    # protective stop by the stop model (a predicted sensor past its bound), 0 % for any
-    # policy: it tells policies nothing apart.
-    FaultClass("sensor:object_pose:dropout transient", "sensor:object_pose:dropout",
-               transient=True),
-    # last, so the seeds of the classes above stay what they were
-    FaultClass("gripper:slip transient", "gripper:slip", transient=True),
-)
-# Disjoint seed ranges: training (10 + seed) × 1e6 + …, evaluation 5e6 + …, the test 8e6 + ….
-EVAL_SEED_BASE = 5_000_000
-CLASS_SEED_STRIDE = 10_000
 POLICIES = ("model", "expert", "always_advance")
 
 
+# ---------------------------------------------------------------------------- episodes
+# Disjoint seed ranges: training (10 + seed) × 1e6 + …; the others in hil/policy_eval.py.
+
 def train_seed_base(seed: int) -> int:
     return (10 + seed) * 1_000_000
-
-
-def expert_for(config: ExecutorConfig | None = None) -> ExpertPolicy:
-    """The expert exactly as the executor builds it by default (band from the config)."""
-    return ExpertPolicy(band_n=(config or ExecutorConfig()).grip_force_band_n)
-
-
-# ---------------------------------------------------------------------------- policies
-
-class RecordingPolicy:
-    """Drives with `behaviour`, records (observation, `labeller`'s action) every decision."""
-
-    def __init__(self, behaviour: Policy, labeller: Policy) -> None:
-        self.behaviour = behaviour
-        self.labeller = labeller
-        self.vectors: list[tuple[float, ...]] = []
-        self.labels: list[int] = []
-
-    def decide(self, obs: Observation) -> Action | None:
-        label = self.labeller.decide(obs)
-        if label is not None:
-            self.vectors.append(obs.vector)
-            self.labels.append(int(label))
-        return label if self.behaviour is self.labeller else self.behaviour.decide(obs)
-
-
-class OnnxPolicy:
-    """A policy model behind the `Policy` protocol: one onnxruntime session, argmax of scores."""
-
-    def __init__(self, model: bytes | Path) -> None:
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.inter_op_num_threads = 1
-        data = model.read_bytes() if isinstance(model, Path) else model
-        self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
-        self._input = self.session.get_inputs()[0].name
-
-    def scores(self, x: Array) -> Array:
-        out = self.session.run(None, {self._input: np.asarray(x, dtype=np.float32)})[0]
-        return np.asarray(out)
-
-    def decide(self, obs: Observation) -> Action | None:
-        row = self.scores(np.asarray([obs.vector], dtype=np.float32))[0]
-        return action_from_scores([float(s) for s in row])
-
-
-# ---------------------------------------------------------------------------- episodes
-
-@dataclass(frozen=True, slots=True)
-class EpisodeJob:
-    seed: int
-    fault: str | None
-    severity: str | float | None
-    behaviour: str  # "expert" | "always_advance" | "model"
-    model: bytes | None = None
-    transient: bool = False
-
-
-@dataclass(slots=True)
-class EpisodeRecord:
-    seed: int
-    success: bool
-    outcome: str
-    attempts: int
-    duration_s: float
-    regrasps: int
-    drops: int
-    vectors: list[tuple[float, ...]] = field(default_factory=list, repr=False)
-    labels: list[int] = field(default_factory=list, repr=False)
-
-
-_ROBOT: RobotDescription | None = None
-_MODEL_CACHE: dict[str, OnnxPolicy] = {}
-
-
-def _robot() -> RobotDescription:
-    global _ROBOT
-    if _ROBOT is None:
-        from hil.episodes import DEFAULT_ROBOT
-        _ROBOT = load_robot(DEFAULT_ROBOT)
-    return _ROBOT
-
-
-def _behaviour(job: EpisodeJob, expert: ExpertPolicy) -> Policy:
-    if job.behaviour == "expert":
-        return expert
-    if job.behaviour == "always_advance":
-        return AlwaysAdvancePolicy()
-    assert job.model is not None
-    key = hashlib.sha256(job.model).hexdigest()
-    if key not in _MODEL_CACHE:  # one session per worker process and model
-        _MODEL_CACHE[key] = OnnxPolicy(job.model)
-    return _MODEL_CACHE[key]
-
-
-def run_job(job: EpisodeJob) -> EpisodeRecord:
-    """One lock-step episode, recorded (observations labelled by the expert)."""
-    from hil.episodes import run_episode, transient_slip
-
-    expert = expert_for()
-    rec = RecordingPolicy(_behaviour(job, expert), expert)
-    after, duration = transient_slip(job.seed) if job.transient else (None, None)
-    r = run_episode(_robot(), job.seed, policy=rec, fault=job.fault, severity=job.severity,
-                    fault_after_lift_s=after, fault_duration_s=duration)
-    return EpisodeRecord(r.seed, r.success, r.outcome, r.attempts, r.duration_s, r.regrasps,
-                         r.drops, rec.vectors, rec.labels)
-
-
-def run_jobs(jobs: Sequence[EpisodeJob], n_procs: int) -> list[EpisodeRecord]:
-    """Results in `jobs` order; with n_procs 2, one forked worker takes every other job."""
-    if n_procs <= 1 or len(jobs) < 2:
-        return [run_job(j) for j in jobs]
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        theirs = pool.map_async(run_job, jobs[1::2], chunksize=4)
-        mine = [run_job(j) for j in jobs[0::2]]
-        other = theirs.get()
-    out: list[EpisodeRecord] = []
-    for i in range(len(jobs)):
-        out.append(mine[i // 2] if i % 2 == 0 else other[i // 2])
-    return out
 
 
 def demonstration_jobs(seed: int, per_class: int,

@@ -85,6 +85,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^/opt/edge-agent/", "needs the software installed under /opt/edge-agent (§3, root)"),
     ("", r"^python3? -m pip wheel\b", WHEEL),
     ("docs/INSTALL.md:block", r"^edge-agent model (keygen|sign|verify) ", MODEL),
+    ("", r"^edge-agent model gate ",
+     "hundreds of lock-step episodes (minutes of CPU): tests/test_gate.py and "
+     "tests/test_gate_daemon.py run it on a few episodes of a few fault classes"),
     ("", r"^(\.venv/bin/)?edge-agent model status\b", _DAEMON),
     ("", r"^edge-agent model shadow\b",
      "needs a running daemon with a model and the candidate in inference.update_dir "
@@ -120,6 +123,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^python3? -m hil\.flywheel\b",
      "a real daemon's 200 tasks, labels, export, fine-tune and evaluation: most of an hour, a "
      "benchmark (tests/test_finetune_policy.py runs the fine-tune on a small export)"),
+    ("", r"^python3? -m hil\.gate_power\b", _BENCH),
+    ("", r"^python3? models/make_bad_candidate\.py\b",
+     "13 demonstration episodes and a fine-tune (a minute): tests/test_gate.py runs it"),
     ("", r"^python3? models/train_policy\.py\b",
      "trains from ~200 lock-step episodes: ~10 minutes of CPU, a benchmark "
      "(tests/test_train_skip_class.py checks --skip-class)"),

@@ -66,6 +66,10 @@ def check(v: dict[str, Values], ctx: LoadContext) -> None:
     _check_mqtt(v["mqtt"], ctx)
     _check_webhook_file(v["reports"], ctx)
     _check_trusted_keys(v["inference"]["trusted_keys"], ctx)
+    if v["inference"]["require_gate"] and not v["inference"]["trusted_keys"]:
+        raise ctx.fail("inference.require_gate", True,
+                       "needs inference.trusted_keys: a gate record is evidence only under a "
+                       "trusted signature (`edge-agent model keygen`, then sign with --gate)")
     _check_topic("mqtt.topic_prefix", v["mqtt"]["topic_prefix"], ctx, wildcards=False)
     _check_topic("mqtt.fleet_topic", v["mqtt"]["fleet_topic"], ctx, wildcards=True)
     _ordered("mqtt.reconnect_min_s", v["mqtt"], "reconnect_min_s", "reconnect_max_s", ctx)

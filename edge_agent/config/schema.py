@@ -239,6 +239,9 @@ class InferenceSection:
     # Ed25519 public keys (`ed25519:<base64>`, from `edge-agent model keygen`): when set, only
     # models whose card a listed key signed are installed or loaded.
     trusted_keys: tuple[str, ...] = opt("strlist", ())
+    # model.update installs only a model whose signed card holds a passing `edge-agent model
+    # gate` record for its sha256 (docs/MODELS.md); needs trusted_keys.
+    require_gate: bool = opt("bool", False)
     # The trial after model.update (docs/MODELS.md, daemon/model_trial.py): the new model is
     # on trial until `trial_tasks` judged tasks or `trial_s` seconds, whichever comes first;
     # a regression rolls it back at once and marks it bad.

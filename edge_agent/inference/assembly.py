@@ -22,6 +22,7 @@ from typing import Any
 
 from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
+from edge_agent.inference.gate_record import require_passing_gate
 from edge_agent.inference.model_cache import CachedModel, ModelCache
 from edge_agent.inference.model_card import ModelError
 from edge_agent.inference.model_source import read_model
@@ -56,6 +57,7 @@ class InferenceSettings:
     update_dir: Path | None = None  # where model.update may read (besides the cache)
     max_model_bytes: int = 256 << 20
     trusted_keys: tuple[str, ...] = ()  # non-empty: only signed models are installed/loaded
+    require_gate: bool = False  # model.update: only a card with a passing gate record
 
     @classmethod
     def from_config(cls, section: Any) -> InferenceSettings:
@@ -64,7 +66,8 @@ class InferenceSettings:
                    section.triton_url, section.triton_model, section.deadline_ms / 1e3,
                    section.intra_op_threads, section.model_wait_s,
                    update_dir=section.update_dir, max_model_bytes=section.max_model_bytes,
-                   trusted_keys=tuple(section.trusted_keys))
+                   trusted_keys=tuple(section.trusted_keys),
+                   require_gate=section.require_gate)
 
 
 class InferenceStack:
@@ -165,6 +168,8 @@ class InferenceStack:
             raise ModelError("no model cache directory configured")
         allowed = [d for d in (self.settings.update_dir, self.cache.dir) if d is not None]
         src = read_model(uri, allowed, self.settings.max_model_bytes)
+        if self.settings.require_gate:  # before anything else is done with it
+            require_passing_gate(src.card)
         entry = self.cache.install(src.data, src.card, sha256=sha256, version=version)
         self.local.load()
         self.cached.load()
