@@ -103,6 +103,10 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^(\.venv/bin/)?edge-agent doctor --config configs/", HERE),
     ("", r"^(\.venv/bin/)?edge-agent version$", HERE),
     ("", r"^grep ", HERE),
+    ("", r"^python3? -m edge_agent\.contract\.asyncapi --check$", HERE),
+    ("", r"^python3? -m edge_agent\.contract\.asyncapi --write$",
+     "rewrites docs/asyncapi.yaml's generated block (tests/test_contract.py runs the same code "
+     "on a copy; --check runs here)"),
     ("", r"^(\.venv/bin/)?edge-agent (cmd|status|watch)\b", _DAEMON),
     ("", r"^(\.venv/bin/)?edge-agent run\b",
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),

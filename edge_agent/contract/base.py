@@ -24,6 +24,12 @@ class S:
         return f"S(**{self.kw!r})"
 
 
+def values_of(enum_cls: Any) -> S:
+    """`S(enum=[...])`: a `str` field that holds one of a StrEnum's values (the stand-alone
+    schema lists them; with a `Ref` the document's component does)."""
+    return S(enum=[m.value for m in enum_cls])
+
+
 class Ref:
     """In docs/asyncapi.yaml, the field is `$ref: '#/components/schemas/<name>'`."""
 

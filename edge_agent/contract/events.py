@@ -13,7 +13,7 @@ Fields may be added; consumers ignore what they do not know.
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
-from edge_agent.contract.base import EventBase, Ref, S
+from edge_agent.contract.base import EventBase, Ref, S, values_of
 from edge_agent.contract.events_more import (
     DegradedEvent,
     GpuFailedEvent,
@@ -34,12 +34,16 @@ from edge_agent.contract.events_more import (
     ShadowStartedEvent,
     ShadowStoppedEvent,
 )
-from edge_agent.vocab import EventType, Mode, StopCause, StopKind
+from edge_agent.vocab import EventType, Mode, State, StopCause, StopKind
 
 ET = EventType
 TaskIdF = Annotated[str, Ref("TaskId")]
-StateName = Annotated[str, "the executor state (ExecutorState)", Ref("ExecutorState")]
+StateName = Annotated[str, "the executor state (ExecutorState)", Ref("ExecutorState"),
+                      values_of(State)]
 Vec3F = Annotated[list[float], Ref("Vec3")]
+# The wire protocol's EVENT codes, lower case (edge_agent.link.codec EventCode).
+FirmwareEventCode = Literal["deadman_trip", "cmd_rejected", "bad_frame", "version_mismatch",
+                            "limit_clamped", "overcurrent"]
 
 
 class EventEnvelope(TypedDict):
@@ -151,8 +155,7 @@ class FirmwareEventEvent(EventBase):
     """The firmware sent an EVENT frame (docs/PROTOCOL.md)."""
 
     type: Literal[ET.FIRMWARE_EVENT]
-    code: Annotated[Literal["deadman_trip", "cmd_rejected", "bad_frame", "version_mismatch",
-                            "limit_clamped", "overcurrent"], Ref("FirmwareEventCode")]
+    code: Annotated[FirmwareEventCode, Ref("FirmwareEventCode")]
     detail: int
 
 
@@ -320,7 +323,7 @@ class CollisionEvent(EventBase):
 
     type: Literal[ET.COLLISION]
     joint: str
-    detail: Annotated[str | None, "the monitor's figures"]
+    detail: Annotated[dict[str, Any] | None, "the monitor's figures at the trip"]
 
 
 class JogLostEvent(EventBase):

@@ -10,6 +10,7 @@ from edge_agent.contract.base import EventBase, Ref, S
 from edge_agent.vocab import DegradationMode, EventType
 
 ET = EventType
+CommitBy = Literal["tasks", "time"]  # what committed a model on trial
 Subject = Annotated[str, "what within the mode: a sensor channel for sensor_predicted and "
                     "sensor_filtered, else empty"]
 Figures = Annotated[dict[str, Any], "the deciding run's figures"]
@@ -148,7 +149,7 @@ class ModelCommittedEvent(EventBase):
     sha256: str
     name: str | None
     version: str | None
-    by: Literal["tasks", "time"]
+    by: CommitBy
     tasks: Annotated[int, S(minimum=0)]
     successes: Annotated[int, S(minimum=0)]
     evidence: dict[str, Any]

@@ -19,9 +19,10 @@ import functools
 import inspect
 import types
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
-from edge_agent.contract import events, events_more, status
+from edge_agent.contract import events, events_more, status, status_model
 from edge_agent.contract.base import EventBase, Ref, S
 
 DOC_PREFIX = "#/components/schemas/"
@@ -29,7 +30,8 @@ _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool:
                            type(None): "null"}
 
 # Records named in docs/asyncapi.yaml (a `$ref` there, inline in the stand-alone form).
-NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields)
+NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields, status_model.ModelRef,
+                                   status_model.ShadowStatus, status_model.ModelStatus)
 _ENVELOPE = frozenset(EventBase.__annotations__)  # set by the hub, not the producer
 # A record built on a named one (Python 3.11's TypedDict does not keep its bases).
 EXTENDS: dict[type, type] = {status.StatePayload: status.StateFields,
@@ -64,8 +66,8 @@ class Gen:
         refs = [m.name for m in meta if isinstance(m, Ref)]
         out = self._nullable(self.ref(refs[0]), tp) if self.doc and refs else self._bare(tp)
         for m in meta:
-            if isinstance(m, S):
-                out.update(m.kw)
+            if isinstance(m, S) and "$ref" not in out and "anyOf" not in out:
+                out.update(m.kw)  # with a Ref, the document's component holds them
         text = " ".join(m for m in meta if isinstance(m, str))
         if text:
             out = {"description": text, **out} if "$ref" not in out else {
@@ -96,7 +98,7 @@ class Gen:
         if origin in (list, tuple) or tp in (list, tuple):
             args = get_args(tp)
             return {"type": "array", "items": self.of(args[0])} if args else {"type": "array"}
-        if origin is dict or tp is dict:
+        if origin in (dict, Mapping) or tp is dict:
             args = get_args(tp)
             if not args or args[1] is Any:
                 return {"type": "object"}
@@ -160,7 +162,8 @@ def doc_schemas() -> dict[str, dict[str, Any]]:
     gen = Gen(doc=True)
     out: dict[str, dict[str, Any]] = {}
     cls: type
-    for cls in (status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
+    for cls in (status_model.ModelRef, status_model.ShadowStatus, status_model.ModelStatus,
+                status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
         out[cls.__name__] = gen.record(cls)
     out["EventPayload"] = any_event_schema(doc=True)
     for cls in event_records().values():
@@ -218,7 +221,7 @@ def _by_name(name: str) -> dict[str, Any]:
         return event_schema(name.removeprefix("event:"))
     if name in _PAYLOADS:
         return Gen(doc=False).record(_PAYLOADS[name])
-    for mod in (events, events_more, status):
+    for mod in (events, events_more, status, status_model):
         cls = getattr(mod, name, None)
         if is_typeddict(cls):
             return Gen(doc=False).record(typing.cast(type, cls))

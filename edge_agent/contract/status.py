@@ -7,12 +7,15 @@ generated from these (python -m edge_agent.contract.asyncapi --write).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
-from edge_agent.contract.base import Ref, S
-from edge_agent.vocab import DegradationMode, Mode, StopCause, StopKind
+from edge_agent.contract.base import Ref, S, values_of
+from edge_agent.contract.status_model import ModelStatus
+from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
-Degraded = list[Annotated[DegradationMode, Ref("DegradationMode")]]
+# `str`: the health monitor keeps the modes' values
+Degraded = list[Annotated[str, Ref("DegradationMode"), values_of(DegradationMode)]]
 
 
 class StopInfo(TypedDict):
@@ -35,7 +38,7 @@ class StateFields(TypedDict):
     """The executor's mode and state, the task, the latched stop, the link and the policy in use."""
 
     mode: Annotated[Mode, Ref("Mode")]
-    state: Annotated[str, "the executor state", Ref("ExecutorState")]
+    state: Annotated[str, "the executor state", Ref("ExecutorState"), values_of(State)]
     task: NotRequired[Annotated[dict[str, Any] | None, "The running or saved task, when there "
                                 "is one (its task_id first)."]]
     degraded: Degraded
@@ -58,8 +61,10 @@ class LinkStatus(TypedDict):
 
     link_up: bool
     frames: NotRequired[int]
-    guardian: NotRequired[dict[str, Any] | None]
-    firmware: NotRequired[dict[str, Any] | None]
+    guardian: NotRequired[Annotated[dict[str, Any] | None, "the link guardian's last G_STATE: "
+                                    "latched, estop_input, deadman_hold, cause, flags"]]
+    firmware: NotRequired[Annotated[dict[str, Any] | None, "the firmware's HELLO: protocol, "
+                                    "accepted, version, joints"]]
     watch: NotRequired[Annotated[dict[str, Any], "The daemon's deadman on the guardian's stream "
                                  "(STATUS relay, G_STATE heartbeat every half deadman): "
                                  "`guardian_silent` now, `trips` (latched `deadman` stops it "
@@ -67,18 +72,44 @@ class LinkStatus(TypedDict):
                                  "`deadman_ms`."]]
 
 
-class LoopStatus(TypedDict, total=False):
+class LoopFigures(TypedDict):
+    """The control loop's figures since it started (TelemetryPayload.loop)."""
+
+    ticks: Annotated[int, S(minimum=0)]
+    overruns: Annotated[int, S(minimum=0)]
+    missed_periods: Annotated[int, S(minimum=0)]
+    max_late_ms: float
+    max_tick_ms: float
+    tick_errors: Annotated[int, S(minimum=0)]
+    late_p50_ms: Annotated[float | None, "tick start after its deadline since the loop started, "
+                           "50 µs bins"]
+    late_p99_ms: float | None
+    tick_p50_ms: Annotated[float | None, "tick duration since the loop started, 50 µs bins"]
+    tick_p99_ms: float | None
+
+
+class LoopStatus(LoopFigures, total=False):
     """The control loop's figures (those of TelemetryPayload.loop) and how it runs."""
 
     rate_hz: Annotated[float, "the loop's rate (control.rate_hz)"]
     scheduling: Annotated[str, S(examples=["SCHED_FIFO 20",
                                            "SCHED_OTHER (SCHED_FIFO 20 refused)"])]
+    reader_scheduling: Annotated[str | None, "the link reader thread's"]
+    output_at_deadline: bool
+    sent_at_once: int
+
+
+class LoopReport(LoopStatus, total=False):
+    """The control loop's figures (those of TelemetryPayload.loop) and how it runs."""
+
+    gc: Annotated[dict[str, Any], "the garbage collector's figures (collections, pauses)"]
 
 
 class ProbeStatus(TypedDict):
     """One health probe's last run and schedule."""
 
-    level: Literal["ok", "warn", "error", "stale"] | None
+    level: Annotated[str | None, "null: not run yet",
+                     S(enum=["ok", "warn", "error", "stale", None])]
     message: str
     figures: dict[str, Any]
     mode: NotRequired[str | None]
@@ -120,7 +151,7 @@ class ThreadStatus(TypedDict):
     """One supervised thread or part."""
 
     name: str
-    kind: Literal["thread", "part"]
+    kind: Annotated[str, S(enum=["thread", "part"])]
     alive: bool | None
     started_at: float | None
     stopped_at: float | None
@@ -154,14 +185,15 @@ class StatusResult(StateFields):
                                       "link.hello_timeout_s)"]]
     config_hash: str
     sim: bool
-    executor: NotRequired[dict[str, Any]]
+    executor: NotRequired[Annotated[Mapping[str, Any], "the executor's counters and task "
+                                    "(edge_agent/executor/records.py ExecutorStatus)"]]
     journal: NotRequired[Annotated[dict[str, Any] | None, "the decision journal's figures"]]
     inference: NotRequired[Annotated[dict[str, Any] | None, "the policy router's backends and "
                                      "counters (null without a model)"]]
-    model: NotRequired[Annotated[dict[str, Any], Ref("ModelStatus")]]
+    model: NotRequired[ModelStatus]
     link: LinkStatus
     reports: NotRequired[dict[str, Any]]
-    loop: NotRequired[LoopStatus | None]
+    loop: NotRequired[LoopReport | None]
     background: NotRequired[dict[str, Any]]
     threads: NotRequired[Annotated[list[ThreadStatus], "The daemon's threads and moving parts "
                                    "(edge_agent/daemon/supervisor.py), in stop order: `kind` "

@@ -20,7 +20,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
@@ -57,6 +57,9 @@ from edge_agent.log import get_logger
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status import StateFields, StatusResult
 
 _log = get_logger(__name__)
 
@@ -289,11 +292,11 @@ class Daemon:
         return self.writer.flush(timeout=1.0)
 
     # -- what it tells (daemon/state.py builds both from the parts) -------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self) -> StateFields:
         """The retained `state` (MQTT) and the first fields of `status`."""
         return daemon_state(self)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusResult:
         return daemon_status(self)
 
     def telemetry(self) -> dict[str, Any]:

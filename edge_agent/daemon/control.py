@@ -47,6 +47,8 @@ from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.status import LoopStatus
     from edge_agent.store.episodes import EpisodeMark
 
 # executor events after which the snapshot is saved at once (task and mode changes)
@@ -111,7 +113,7 @@ class ControlPath:
         self._hold = Command(Mode.HOLD, settings.home)  # q ignored in HOLD
         self.send_errors = 0
         # executor events, published by the main thread's housekeeping (not the control thread)
-        self.events: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.events: deque[Event] = deque(maxlen=10_000)
         # the running task, for the decision journal (daemon/episodes.py): kept here, on the
         # thread that drains the executor's events, so the first decision already carries it
         self.episode: EpisodeMark | None = None
@@ -165,7 +167,7 @@ class ControlPath:
                 self._take(events)
         return res
 
-    def _take(self, events: list[dict[str, Any]]) -> None:
+    def _take(self, events: list[Event]) -> None:
         """Executor events (lock held): the episode mark follows them; the main thread
         publishes them."""
         mark = self.episode
@@ -226,7 +228,7 @@ class ControlPath:
                 g.send(self._hold)
             g.stop()
 
-    def publish_events(self, publish: Callable[[dict[str, Any]], None]) -> bool | None:
+    def publish_events(self, publish: Callable[[Event], None]) -> bool | None:
         """The executor's events since the last call, in order (the main thread's work, never
         the control thread's). None: there were none; True: one of them is persisted at once."""
         if not self.events:
@@ -235,24 +237,24 @@ class ControlPath:
         while self.events:
             ev = self.events.popleft()
             persist_now = persist_now or ev.get("type") in PERSISTED_EVENTS
-            kind = ev.get("type")
-            if kind in (EventType.TASK_STARTED, EventType.TASK_RESUMED):
-                bind_task(ev.get("task_id"))  # this thread's records carry the task from now
+            if ev["type"] == EventType.TASK_STARTED or ev["type"] == EventType.TASK_RESUMED:
+                bind_task(ev["task_id"])  # this thread's records carry the task from now
             publish(ev)
-            if kind == EventType.TASK_DONE:
+            if ev["type"] == EventType.TASK_DONE:
                 bind_task(None)
         return persist_now
 
-    def loop_status(self) -> dict[str, Any] | None:
+    def loop_status(self) -> LoopStatus | None:
         """`status.loop`: the loop's figures and how it and the link reader are scheduled."""
         loop, g = self.loop, self.guardian
         if loop is None:
             return None
-        return {**loop.stats.as_dict(), "rate_hz": round(1.0 / loop.period, 3),
-                "scheduling": loop.scheduling,
-                "reader_scheduling": g.reader_scheduling if g else None,
-                "output_at_deadline": self.output.at_deadline,
-                "sent_at_once": self.output.sent_at_once}
+        out: LoopStatus = {**loop.stats.as_dict(), "rate_hz": round(1.0 / loop.period, 3),
+                           "scheduling": loop.scheduling,
+                           "reader_scheduling": g.reader_scheduling if g else None,
+                           "output_at_deadline": self.output.at_deadline,
+                           "sent_at_once": self.output.sent_at_once}
+        return out
 
     def telemetry(self, last_status: Status | None, link_frames: int) -> dict[str, Any]:
         """The telemetry message: the loop's figures and the last STATUS from the robot."""

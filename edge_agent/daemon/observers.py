@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,7 +31,7 @@ class ObservedDaemon(Protocol):
     control: ControlPath
     decisions: DecisionJournal | None
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Mapping[str, Any]: ...
 
 
 class DaemonMetricsSource:
@@ -41,7 +41,7 @@ class DaemonMetricsSource:
         self.d = d
         self.observers = observers
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Mapping[str, Any]:
         return self.d.status()
 
     def loop_stats(self) -> LoopStats | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edge_agent.clock import Clock
 from edge_agent.commands import Freshness
@@ -22,6 +22,9 @@ from edge_agent.log import get_logger
 from edge_agent.metrics.tally import ESTOP_REACTION, STOPS
 from edge_agent.vocab import EventType, StopCause
 
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
+
 _log = get_logger(__name__)
 
 
@@ -30,7 +33,7 @@ class StopPath:
 
     def __init__(self, latch: StopLatch, control: ControlPath, clock: Clock,
                  freshness: Freshness, *, save_snapshot: Callable[[], object],
-                 publish: Callable[[dict[str, Any]], None],
+                 publish: Callable[[Event], None],
                  state_changed: Callable[[], None]) -> None:
         self.latch = latch
         self.control = control
@@ -64,13 +67,13 @@ class StopPath:
                 ESTOP_REACTION.observe(perf_counter() - self._estop_t0)
             STOPS.inc(cause.value)
         self._save_snapshot()
-        if cause is not None:
-            self._publish({"type": EventType.STOP,
-                           "kind": state.kind.value if state.kind else None,
-                           "cause": cause.value})
-        else:
-            cleared = EventType.STOP_CLEARED if not state.latched else EventType.STOP_UPDATE
-            self._publish({"type": cleared, "hardware_input": state.hardware_input})
+        if cause is not None and state.kind is not None:  # a trip: the latch has a kind
+            self._publish({"type": EventType.STOP, "kind": state.kind, "cause": cause})
+        elif cause is None:
+            hw = state.hardware_input
+            self._publish({"type": EventType.STOP_CLEARED, "hardware_input": hw}
+                          if not state.latched else
+                          {"type": EventType.STOP_UPDATE, "hardware_input": hw})
         self._state_changed()
 
     def on_guardian_down(self, reason: str) -> None:

@@ -14,7 +14,7 @@ seconds and bytes, counters end in `_total`. docs/OBSERVE.md "Metrics" lists the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,7 +44,7 @@ TRIAL_STATES = (PENDING, ON_TRIAL, COMMITTED, ROLLING_BACK, ROLLED_BACK)
 class MetricsSource(Protocol):
     """What the collector reads (the wiring adapts the daemon to it)."""
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> Mapping[str, Any]: ...
     def loop_stats(self) -> LoopStats | None: ...
     def journal_files(self) -> Sequence[Path]: ...
     def live_status(self) -> dict[str, Any] | None: ...
@@ -86,7 +86,7 @@ class StatusCollector(Collector):
         yield from self._stops(st)
         yield from self._live(self.source.live_status())
 
-    def _daemon(self, st: dict[str, Any]) -> Iterator[Metric]:
+    def _daemon(self, st: Mapping[str, Any]) -> Iterator[Metric]:
         info = GaugeMetricFamily(P + "info", "The daemon (always 1)",
                                  labels=["device", "version", "boot_id"])
         info.add_metric([str(st.get("device")), str(st.get("version")),
@@ -238,7 +238,7 @@ class StatusCollector(Collector):
         yield GaugeMetricFamily(P + "model_bad", "Models marked bad (never loaded again)",
                                 value=float(len(model.get("bad") or [])))
 
-    def _stops(self, st: dict[str, Any]) -> Iterator[Metric]:
+    def _stops(self, st: Mapping[str, Any]) -> Iterator[Metric]:
         yield GaugeMetricFamily(P + "stop_latched", "A stop is latched (1) until reset",
                                 value=float(bool(st.get("stop"))))
         fam = CounterMetricFamily(P + "stops", "Stop causes latched since start, by cause",
