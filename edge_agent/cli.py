@@ -123,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.reports.cli import add_parser as add_reports_parser
 
     add_reports_parser(sub, DEFAULT_CONFIG)  # `reports list|show` (edge_agent/reports/cli.py)
+    from edge_agent.record_cli import add_parser as add_record_parser
+
+    add_record_parser(sub, DEFAULT_CONFIG)  # `record start|stop|list` (edge_agent/record_cli.py)
     return p
 
 
@@ -265,6 +268,12 @@ def _cmd_journal(a: argparse.Namespace) -> int:
     return journal_run(a)
 
 
+def _cmd_record(a: argparse.Namespace) -> int:
+    from edge_agent.record_cli import run as record_run
+
+    return record_run(a)
+
+
 def _cmd_reports(a: argparse.Namespace) -> int:
     from edge_agent.reports.cli import run as reports_run
 
@@ -273,7 +282,7 @@ def _cmd_reports(a: argparse.Namespace) -> int:
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
              "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd,
-             "doctor": _cmd_doctor, "reports": _cmd_reports}
+             "doctor": _cmd_doctor, "reports": _cmd_reports, "record": _cmd_record}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

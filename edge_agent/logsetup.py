@@ -28,6 +28,8 @@ from collections.abc import Iterable, MutableMapping
 from typing import Any, TextIO
 
 from edge_agent.config import Secret
+from edge_agent.observe.channels import LOG as LOG_TOPIC
+from edge_agent.observe.tap import TAP
 
 __all__ = ["REDACTED", "SecretRedactor", "configure_logging"]
 
@@ -99,6 +101,14 @@ def _head_first(logger: Any, method: str,
     return out
 
 
+def _tap_log(logger: Any, method: str, event_dict: MutableMapping[str, Any]
+             ) -> MutableMapping[str, Any]:
+    """Each record (redacted) to the observe tap as a foxglove.Log line (observe/tap.py)."""
+    if TAP.active:
+        TAP.publish(LOG_TOPIC, dict(event_dict))
+    return event_dict
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", secrets: Iterable[str] = (), *,
                       stream: TextIO | None = None) -> None:
     """Configure structlog and stdlib logging for the whole process (idempotent)."""
@@ -135,7 +145,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", secrets: Iterable[
         foreign_pre_chain=shared,
         processors=[ProcessorFormatter.remove_processors_meta,
                     structlog.processors.format_exc_info,  # before the redactor: scrubbed too
-                    SecretRedactor(secrets), _head_first, renderer])
+                    SecretRedactor(secrets), _tap_log, _head_first, renderer])
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)

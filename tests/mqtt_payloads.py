@@ -71,6 +71,9 @@ def valid_args(name: str, rng: random.Random) -> dict[str, Any]:
         else:
             out["uri"] = rng.choice(["file:///nonexistent/c.onnx", "https://models.invalid/c"])
             out["sha256"] = "".join(rng.choice("0123456789abcdef") for _ in range(64))
+    elif name == "record.start":
+        if coin() < 0.5:
+            out["name"] = rng.choice(["probe", "a" * 40, "before-fix_2"])
     elif name == "journal.label":
         out["task_id"] = f"t-{rng.randrange(1000)}"
         out["verdict"] = rng.choice(("correct", "wrong", "needs_work"))
@@ -119,6 +122,7 @@ BOUNDARY: dict[str, tuple[Any, ...]] = {
     "severity": (0, 1, 1.1, -0.01, 0.5),
     "verdict": ("correct", "wrong", "needs_work", "Correct", "", "ok"),
     "note": ("n" * 280, "n" * 281, "", "n"),
+    "name": ("a", "a" * 40, "a" * 41, "", "A", "-a", "a b", "0_x-y"),
     "step": (0, -1, 2**31, 2**31 + 1, 1.0, True),
     "expires_at": (0, 1e11, 1e11 + 1, -0.001, 4e9),
     "ts": (0, 1e11, 1e11 + 1, -0.001, 1.7e9, "now"),
@@ -158,6 +162,8 @@ ARG_KEYS: dict[str, tuple[str, ...]] = {
     "failure.inject": ("target", "mode", "duration_s", "severity"),
     "journal.label": ("task_id", "verdict", "note", "step"),
     "model.shadow": ("uri", "sha256", "version", "stop"),
+    "record.start": ("name",),
+    "record.stop": ("reason",),
 }
 
 

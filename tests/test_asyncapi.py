@@ -150,9 +150,10 @@ _TYPE_LITERAL = re.compile(r'"type":\s*"[a-z]|\b_emit\(\s*"')
 def test_event_types_come_from_the_enum() -> None:
     """Every event is published with a `vocab.EventType` member, never a bare string."""
     offenders = []
+    schema_gen = REPO / "edge_agent" / "contract" / "schema_gen.py"  # JSON Schema's "type"
     for path in sorted((REPO / "edge_agent").rglob("*.py")):
         for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if _TYPE_LITERAL.search(line):
+            if path != schema_gen and _TYPE_LITERAL.search(line):
                 offenders.append(f"{path.relative_to(REPO)}:{no}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
 
@@ -180,7 +181,8 @@ SCHEMA_OF = {"task.start": "TaskStartCommand", "task.cancel": "TaskCancelCommand
              "manual.enter": "ManualEnterCommand", "manual.jog": "ManualJogCommand",
              "manual.exit": "ManualExitCommand", "status": "StatusCommand",
              "model.update": "ModelUpdateCommand", "failure.inject": "FailureInjectCommand",
-             "journal.label": "JournalLabelCommand", "model.shadow": "ModelShadowCommand"}
+             "journal.label": "JournalLabelCommand", "model.shadow": "ModelShadowCommand",
+             "record.start": "RecordStartCommand", "record.stop": "RecordStopCommand"}
 
 
 def _code_accepts(name: str, obj: dict[str, Any]) -> bool:

@@ -61,7 +61,14 @@ CELLS = _cells()
 def test_table_covers_every_design_command_and_mode() -> None:
     assert len(CELLS) == 10 * 7
     names = {c[0] for c in CELLS}
-    assert names | {"model.update", "journal.label", "model.shadow"} == set(MATRIX)
+    assert names | {"model.update", "journal.label", "model.shadow", "record.start",
+                    "record.stop"} == set(MATRIX)
+
+
+@pytest.mark.parametrize("command", ["record.start", "record.stop"])
+def test_the_flight_recorder_commands_are_admitted_in_every_mode(command: str) -> None:
+    for mode in Mode:  # a file is written; the robot never moves
+        assert MATRIX[command][mode].verdict is Verdict.ADMIT, mode
 
 
 @pytest.mark.parametrize(("command", "mode", "symbol"), CELLS,

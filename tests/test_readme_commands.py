@@ -92,6 +92,9 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^edge-agent model shadow\b",
      "needs a running daemon with a model and the candidate in inference.update_dir "
      "(tests/test_shadow_daemon.py runs it against one)"),
+    ("", r"^(\.venv/bin/)?edge-agent record\b",
+     "needs a running daemon or its state dir (tests/test_recorder_daemon.py runs record "
+     "start, stop and list against one)"),
     ("", r"^python3? -m hil\.shadow_doc\b",
      "a real daemon's tasks with a shadow candidate, appended to docs/REPORTS.md (minutes)"),
     ("", r"^edge-agent model ", "names placeholder files (policy.onnx, ed25519:...): INSTALL.md "
@@ -100,11 +103,18 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^(\.venv/bin/)?edge-agent doctor --config configs/", HERE),
     ("", r"^(\.venv/bin/)?edge-agent version$", HERE),
     ("", r"^grep ", HERE),
+    ("", r"^python3? -m edge_agent\.contract\.asyncapi --check$", HERE),
+    ("", r"^python3? -m edge_agent\.contract\.asyncapi --write$",
+     "rewrites docs/asyncapi.yaml's generated block (tests/test_contract.py runs the same code "
+     "on a copy; --check runs here)"),
     ("", r"^(\.venv/bin/)?edge-agent (cmd|status|watch)\b", _DAEMON),
     ("", r"^(\.venv/bin/)?edge-agent run\b",
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),
     ("", r"^(\.venv/bin/)?edge-agent (doctor|check-config|reports|journal)\b", _ROBOT_PATHS),
     ("", r"^python3? -m hil\.(bench_|sim\.bench\b|kalman_rmse\b)", _BENCH),
+    ("", r"^python3? -m hil\.foxglove_layout\b",
+     "rewrites docs/foxglove/edge-agent-live.json (tests/test_liveview.py checks the file is "
+     "what it writes)"),
     ("", r"^python3? -m hil\.episodes\b", "1,000 lock-step episodes: minutes of CPU, a benchmark"),
     ("", r"^python3? -m hil\.make_reports_doc\b",
      "regenerates docs/REPORTS.md and docs/reports/ from five real daemon runs (minutes)"),

@@ -112,6 +112,8 @@ MATRIX: Mapping[str, Mapping[Mode, Cell]] = {
     "estop": {**_EVERYWHERE, Mode.ESTOP: _ok("stop frame again")},
     "status": _EVERYWHERE,
     "journal.label": _EVERYWHERE,  # writes beside the journal only: never moves the robot
+    "record.start": _EVERYWHERE,  # the flight recorder: writes a file, never moves the robot
+    "record.stop": _EVERYWHERE,
     "failure.inject": {m: _if("debug.failure_injection") for m in Mode},
     "model.update": {**_EVERYWHERE,
                      Mode.RUNNING: _no(ErrorCode.BUSY, "a task is running; model swap refused")},

@@ -34,6 +34,8 @@ from edge_agent.commands.schema import (
     recover_id,
 )
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.vocab import ErrorCode, Mode
 
 _log = get_logger(__name__)
@@ -151,6 +153,9 @@ class CommandAPI:
                     self.counters["expired"] += 1
                 elif reply.code is ErrorCode.STALE:
                     self.counters["stale"] += 1
+        if TAP.active:
+            TAP.publish(obs.COMMANDS, {"command": name, "id": reply.id, "source": source,
+                                       "reply": reply.to_dict()})
         return reply
 
     def _handle(self, name: str, payload: Payload, source: str, deadline: float | None,

@@ -21,6 +21,7 @@ from edge_agent.vocab import ErrorCode
 COMMANDS = (
     "task.start", "task.cancel", "resume", "reset", "estop", "manual.enter", "manual.jog",
     "manual.exit", "status", "model.update", "failure.inject", "journal.label", "model.shadow",
+    "record.start", "record.stop",
 )
 ENVELOPE = frozenset({"v", "id", "expires_at", "ts"})
 JOG_TTL_MAX_MS = 200
@@ -37,6 +38,7 @@ FAILURE_MODES: Mapping[str, tuple[str, ...]] = {
 }
 _ID_RE = re.compile(r'"id"\s*:\s*"([^"\\\x00-\x1f]{1,128})"')
 _CHANNEL_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_RECORD_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -362,6 +364,11 @@ def _journal_label(a: dict[str, Any]) -> dict[str, Any]:
     })
 
 
+def _record_start(a: dict[str, Any]) -> dict[str, Any]:
+    _keys(a, frozenset({"name"}), "")  # the file's name part (the flight recorder)
+    return _drop_none({"name": _string(a, "name", "", max_len=40, pattern=_RECORD_NAME)})
+
+
 VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "task.start": _task_start,
     "task.cancel": _task_cancel,
@@ -376,5 +383,7 @@ VALIDATORS: Mapping[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "failure.inject": _failure_inject,
     "journal.label": _journal_label,
     "model.shadow": _model_shadow,
+    "record.start": _record_start,
+    "record.stop": _no_args,
 }
 assert set(VALIDATORS) == set(COMMANDS)

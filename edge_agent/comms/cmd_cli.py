@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_NO_REPLY = 0, 1, 2, 3
 DEFAULT_CONFIG = "/etc/edge-agent/edge-agent.toml"
 COMMANDS = ("task.start, task.cancel, resume, reset, estop, manual.enter, manual.jog, "
-            "manual.exit, status, model.update, model.shadow, failure.inject, journal.label")
+            "manual.exit, status, model.update, model.shadow, failure.inject, journal.label, "
+            "record.start, record.stop")
 
 
 def add_target_options(p: argparse.ArgumentParser) -> None:

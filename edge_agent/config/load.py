@@ -45,6 +45,7 @@ from edge_agent.config.schema import (
     LinkSection,
     LogSection,
     MqttSection,
+    ObserveSection,
     ReportsSection,
     Secret,
     SimSection,
@@ -75,6 +76,7 @@ class Config:
     health: HealthSection
     reports: ReportsSection
     journal: JournalSection
+    observe: ObserveSection
     store: StoreSection
     log: LogSection
     debug: DebugSection

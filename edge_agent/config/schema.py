@@ -326,6 +326,27 @@ class JournalSection:
 
 
 @dataclass(frozen=True, slots=True)
+class ObserveSection:
+    """[observe]: the flight recorder (MCAP files in <state_dir>/recordings), the Prometheus
+    metrics and the live Foxglove view (each off unless its port is set); docs/OBSERVE.md."""
+
+    record: bool = opt("bool", True)
+    record_pre_s: float = opt("float", 10.0, lo=0.0, hi=600.0)
+    record_post_s: float = opt("float", 5.0, lo=0.0, hi=600.0)
+    record_ring_bytes: int = opt("int", 64 << 20, lo=1 << 20, hi=4 << 30)
+    record_max_files: int = opt("int", 50, lo=1, hi=100_000)
+    record_max_bytes: int = opt("int", 1 << 30, lo=1 << 20, hi=1 << 40)
+    record_max_s: float = opt("float", 600.0, lo=1.0, hi=86_400.0)
+    metrics_port: int | None = opt("int", lo=1, hi=65535)
+    metrics_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
+                            hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
+    foxglove_port: int | None = opt("int", lo=1, hi=65535)
+    foxglove_host: str = opt("str", "127.0.0.1", pattern=r"[A-Za-z0-9_.:\[\]-]+",
+                             hint="an address to bind: 127.0.0.1 (this host only) or 0.0.0.0")
+    foxglove_rate_hz: float = opt("float", 50.0, lo=0.1, hi=1000.0, hint="messages/s per channel")
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSection:
     """[store]: the state directory's free space: the storage_low mode and the snapshot reserve."""
 
@@ -369,7 +390,8 @@ SECTIONS: dict[str, type] = {
     "device": DeviceSection, "mqtt": MqttSection, "link": LinkSection, "robot": RobotSection,
     "control": ControlSection, "executor": ExecutorSection, "inference": InferenceSection,
     "health": HealthSection, "reports": ReportsSection, "journal": JournalSection,
-    "store": StoreSection, "log": LogSection, "debug": DebugSection, "sim": SimSection,
+    "observe": ObserveSection, "store": StoreSection, "log": LogSection, "debug": DebugSection,
+    "sim": SimSection,
 }
 # Keys outside any [section]; they must come before the first [section] in the file.
 TOP_LEVEL: dict[str, Spec] = {

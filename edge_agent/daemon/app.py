@@ -20,7 +20,7 @@ import time
 import uuid
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands import CommandAPI, Freshness, JsonFileDedupStore
@@ -34,8 +34,10 @@ from edge_agent.daemon.health_sources import daemon_health
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
+from edge_agent.daemon.observers import start_observers
 from edge_agent.daemon.policy_loader import PolicyLoader
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
+from edge_agent.daemon.recording import DaemonRecording
 from edge_agent.daemon.reporting import DaemonReports
 from edge_agent.daemon.signals import route_signals
 from edge_agent.daemon.simrig import SimRig, start_sim_rig
@@ -56,15 +58,21 @@ from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
 
+if TYPE_CHECKING:
+    from edge_agent.contract.status import StateFields, StatusResult
+
 _log = get_logger(__name__)
 
-# Shutdown, in this order: the health monitor (a stop is no degradation), the command stream
+# Shutdown, in this order: the observers (metrics, live view), the health monitor (a stop is no
+# degradation), the command stream
 # (the guardian holds on its own deadman rules), the model and journal, the guardian (HOLD first),
-# the report outbox and the comms (events until here reach MQTT), the last snapshot, the
+# the report outbox, the flight recorder (open files finished), the comms (events until here
+# reach MQTT), the last snapshot, the
 # simulated robot, then start-up work still running (bounded: it may be inside a native import).
 # The signal router lives on.
-STOP_ORDER = ("health", "control_loop", "inference", "guardian", "reports", "comms",
-              "mqtt-start", "store", "sim_rig", "startup-load", "calibration", "signals")
+STOP_ORDER = ("observe", "health", "control_loop", "inference", "guardian", "reports",
+              "recorder", "comms", "mqtt-start", "store", "sim_rig", "startup-load", "calibration",
+              "signals")
 
 
 class Daemon:
@@ -121,6 +129,8 @@ class Daemon:
                                      decisions=self.decisions, model_status=self.policy.status,
                                      publish_event=self.comms.event,
                                      publish_report=self.comms.publish_report)
+        self.recording = DaemonRecording(cfg, self.api)  # the flight recorder (docs/OBSERVE.md)
+        self.reports.outbox.link = self.recording.link  # every report names its MCAP file
         self.policy.trial.attach(self.reports.file_report, self.comms.add_listener)
         self.policy.shadow.attach_reports(self.reports.outbox.submit, self.reports.origin)
         self.rig: SimRig | None = None
@@ -202,6 +212,9 @@ class Daemon:
             self._attach_inference_probes()
         self.threads.adopt("health", self.health.stop)
         self.health.start()
+        self.threads.adopt("recorder", self.recording.stop)
+        self.recording.start()  # imports mcap: after READY
+        self.threads.adopt("observe", start_observers(self).stop)  # daemon/observers.py
         if not self.eager:
             self.threads.spawn("startup-load", self.startup.load)
         self.threads.spawn("calibration", self.startup.calibrate)
@@ -279,11 +292,11 @@ class Daemon:
         return self.writer.flush(timeout=1.0)
 
     # -- what it tells (daemon/state.py builds both from the parts) -------------------------
-    def state(self) -> dict[str, Any]:
+    def state(self) -> StateFields:
         """The retained `state` (MQTT) and the first fields of `status`."""
         return daemon_state(self)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> StatusResult:
         return daemon_status(self)
 
     def telemetry(self) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from edge_agent.robot import RobotDescription
 from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
+    from edge_agent.contract.events import CalibrationReadyEvent, Event
     from edge_agent.daemon.linkmirror import LinkMirror
     from edge_agent.sensors.hub import SensorHub
 
@@ -91,7 +92,7 @@ def run_calibration(mirror: LinkMirror, send: Callable[[Message], None], hub: Se
 
 def calibrate(mirror: LinkMirror, send: Callable[[Message], None], hub: SensorHub,
               robot: RobotDescription, *, results: MutableMapping[str, Any],
-              publish: Callable[[dict[str, Any]], None],
+              publish: Callable[[Event], None],
               should_stop: Callable[[], bool],
               object_reference: Sequence[float] | None = None,
               apply: Sequence[str] | None = None, window_s: float = 2.0) -> dict[str, Any]:
@@ -123,13 +124,14 @@ def calibrate(mirror: LinkMirror, send: Callable[[Message], None], hub: SensorHu
         offsets = {}
     summary = {"ok": True, "ms": ms, "applied": sorted(offsets), **res.as_dict()}
     results["calibration"] = summary
-    publish({"type": EventType.CALIBRATION_READY, **_event_fields(res, sorted(offsets), ms)})
+    publish(_event(res, sorted(offsets), ms))
     return summary
 
 
-def _event_fields(res: CalibrationResult, applied: list[str], ms: float) -> dict[str, Any]:
+def _event(res: CalibrationResult, applied: list[str], ms: float) -> CalibrationReadyEvent:
     c = res.clock
-    return {"ms": ms, "applied": applied, "at_rest": res.at_rest,
+    return {"type": EventType.CALIBRATION_READY, "ms": ms, "applied": applied,
+            "at_rest": res.at_rest,
             "wrist_force_offset_n": res.wrist_force.value[0] if res.wrist_force.value else None,
             "joint_encoder_offsets_rad": (None if res.joint_encoders.value is None else
                                           [round(v, 6) for v in res.joint_encoders.value]),

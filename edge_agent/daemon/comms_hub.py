@@ -13,18 +13,22 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge_agent.comms import runtime_dir
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
 from edge_agent.daemon.supervisor import Spawn
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.vocab import EventType, StopCause, estop_cause
 
 if TYPE_CHECKING:
     from edge_agent.commands import CommandAPI
     from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.status import MqttStatus, StateFields
     from edge_agent.reports.sinks import Published
 
 _log = get_logger(__name__)
@@ -34,7 +38,7 @@ class CommsHub:
     """Events, state and telemetry out; the transports in. `start()` once, `stop()` idempotent."""
 
     def __init__(self, cfg: Config, boot_id: str, *, on_estop: Callable[[StopCause], None],
-                 state: Callable[[], dict[str, Any]],
+                 state: Callable[[], StateFields],
                  telemetry: Callable[[], dict[str, Any]], spawn: Spawn) -> None:
         self._cfg = cfg  # [device], [mqtt] (the bridge: MqttSettings.from_config), state_dir
         self.boot_id = boot_id
@@ -45,20 +49,20 @@ class CommsHub:
         self.bridge: MqttBridge | None = None
         self.socket: ControlSocketServer | None = None
         self._dirty = True
-        self._last_state: dict[str, Any] | None = None
+        self._last_state: StateFields | None = None
         self._last_state_at = 0.0
         self._last_telemetry_at = 0.0
         self.events_sent = 0
         self._stopping = False
         self._lock = threading.Lock()
-        self._early: deque[dict[str, Any]] = deque(maxlen=1000)  # before the bridge exists
+        self._early: deque[Event] = deque(maxlen=1000)  # before the bridge exists
         self._stop_wait = threading.Event()
         self.mqtt_error: str | None = None  # why the bridge could not be built (None: built)
         self.mqtt_attempts = 0
         self.pointer: Path | None = None  # <runtime dir>/<device>.sock → the control socket
-        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._listeners: list[Callable[[Event], None]] = []
 
-    def add_listener(self, fn: Callable[[dict[str, Any]], None]) -> None:
+    def add_listener(self, fn: Callable[[Event], None]) -> None:
         """`fn(event)` for every event from now on, on the publishing thread (must not block)."""
         self._listeners.append(fn)
 
@@ -125,7 +129,7 @@ class CommsHub:
             _log.error("mqtt_bridge_failed", error=why, attempts=self.mqtt_attempts,
                        note="MQTT (remote and fleet e-stop) is down; retrying with backoff")
 
-    def mqtt_status(self) -> dict[str, Any]:
+    def mqtt_status(self) -> MqttStatus:
         """For `status`: connected or not, and why not (the bridge's last failure)."""
         bridge = self.bridge
         if bridge is None:
@@ -146,14 +150,17 @@ class CommsHub:
 
     def _on_connection(self, up: bool) -> None:
         self._dirty = True
-        self.event({"type": EventType.MQTT_CONNECTED if up else EventType.MQTT_DISCONNECTED})
+        self.event({"type": EventType.MQTT_CONNECTED} if up else
+                   {"type": EventType.MQTT_DISCONNECTED})
 
     # -- outgoing --------------------------------------------------------------------------
-    def event(self, fields: dict[str, Any]) -> None:
-        ev = {"ts": time.time(), "mono": round(time.monotonic(), 6),
-              "boot_id": self.boot_id, **fields}
+    def event(self, fields: Event) -> None:
+        """Publish `fields` with the envelope (ts, mono, boot_id; a producer's own mono stays)."""
+        ev = cast("Event", {"ts": time.time(), "mono": round(time.monotonic(), 6),
+                            "boot_id": self.boot_id, **fields})
         _log.info("event", **{k: v for k, v in ev.items() if k not in ("ts", "mono", "boot_id")})
         self.events_sent += 1
+        TAP.publish(obs.EVENTS, ev)  # published once, then only read
         for fn in self._listeners:
             fn(ev)
         bridge = self.bridge

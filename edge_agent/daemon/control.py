@@ -40,14 +40,19 @@ from edge_agent.link.codec import (
 )
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.log import bind_task
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.status import LoopStatus
     from edge_agent.store.episodes import EpisodeMark
 
 # executor events after which the snapshot is saved at once (task and mode changes)
+SENSOR_HZ = 100.0  # the /sensors channel's rate (the tick's sensor picture, decimated)
 PERSISTED_EVENTS = frozenset({"task_done", "attempt_failed", "diagnostic", "task_started",
                               "task_frozen", "task_resumed", "mode_changed"})
 _STOP_REASON = {
@@ -108,11 +113,13 @@ class ControlPath:
         self._hold = Command(Mode.HOLD, settings.home)  # q ignored in HOLD
         self.send_errors = 0
         # executor events, published by the main thread's housekeeping (not the control thread)
-        self.events: deque[dict[str, Any]] = deque(maxlen=10_000)
+        self.events: deque[Event] = deque(maxlen=10_000)
         # the running task, for the decision journal (daemon/episodes.py): kept here, on the
         # thread that drains the executor's events, so the first decision already carries it
         self.episode: EpisodeMark | None = None
         self._ticked = threading.Condition()  # a tick ran: what `wait_until` waits on
+        # the sensor picture to the observe tap (flight recorder, live view) at ~SENSOR_HZ
+        self._sensor_every = max(1, round(settings.rate_hz / SENSOR_HZ))
 
     def tick(self, now: float, index: int) -> None:
         """One control period: sensors → executor → one COMMAND frame (daemon/output.py)."""
@@ -120,6 +127,8 @@ class ControlPath:
             return
         self.watch.check(now)  # a stall latches before the first setpoint computed after it
         snap = self.hub.snapshot(now)
+        if TAP.active and index % self._sensor_every == 0:  # one deque append (observe/tap.py)
+            TAP.publish(obs.SENSORS, (snap, self.hub.median_on))
         with self.executor_lock:
             latch_state = self.latch.state
             cmd = self.executor.tick(now, snap)
@@ -158,13 +167,16 @@ class ControlPath:
                 self._take(events)
         return res
 
-    def _take(self, events: list[dict[str, Any]]) -> None:
+    def _take(self, events: list[Event]) -> None:
         """Executor events (lock held): the episode mark follows them; the main thread
         publishes them."""
         mark = self.episode
         if mark is not None:
             for ev in events:
                 mark.follow(ev)
+        if TAP.active:  # copies: the main thread adds ts/mono to the dicts when it publishes
+            for ev in events:
+                TAP.publish(obs.EXECUTOR, dict(ev))
         self.events.extend(events)
 
     def guardian_ready(self) -> bool:
@@ -177,6 +189,7 @@ class ControlPath:
         by its client and the latch, not here)."""
         if self.guardian is None:
             return
+        TAP.publish(obs.LINK_TX, msg)  # frames are immutable; encoded on the consumer's thread
         try:
             self.guardian.send(msg)
         except LinkError:
@@ -215,7 +228,7 @@ class ControlPath:
                 g.send(self._hold)
             g.stop()
 
-    def publish_events(self, publish: Callable[[dict[str, Any]], None]) -> bool | None:
+    def publish_events(self, publish: Callable[[Event], None]) -> bool | None:
         """The executor's events since the last call, in order (the main thread's work, never
         the control thread's). None: there were none; True: one of them is persisted at once."""
         if not self.events:
@@ -224,24 +237,24 @@ class ControlPath:
         while self.events:
             ev = self.events.popleft()
             persist_now = persist_now or ev.get("type") in PERSISTED_EVENTS
-            kind = ev.get("type")
-            if kind in (EventType.TASK_STARTED, EventType.TASK_RESUMED):
-                bind_task(ev.get("task_id"))  # this thread's records carry the task from now
+            if ev["type"] == EventType.TASK_STARTED or ev["type"] == EventType.TASK_RESUMED:
+                bind_task(ev["task_id"])  # this thread's records carry the task from now
             publish(ev)
-            if kind == EventType.TASK_DONE:
+            if ev["type"] == EventType.TASK_DONE:
                 bind_task(None)
         return persist_now
 
-    def loop_status(self) -> dict[str, Any] | None:
+    def loop_status(self) -> LoopStatus | None:
         """`status.loop`: the loop's figures and how it and the link reader are scheduled."""
         loop, g = self.loop, self.guardian
         if loop is None:
             return None
-        return {**loop.stats.as_dict(), "rate_hz": round(1.0 / loop.period, 3),
-                "scheduling": loop.scheduling,
-                "reader_scheduling": g.reader_scheduling if g else None,
-                "output_at_deadline": self.output.at_deadline,
-                "sent_at_once": self.output.sent_at_once}
+        out: LoopStatus = {**loop.stats.as_dict(), "rate_hz": round(1.0 / loop.period, 3),
+                           "scheduling": loop.scheduling,
+                           "reader_scheduling": g.reader_scheduling if g else None,
+                           "output_at_deadline": self.output.at_deadline,
+                           "sent_at_once": self.output.sent_at_once}
+        return out
 
     def telemetry(self, last_status: Status | None, link_frames: int) -> dict[str, Any]:
         """The telemetry message: the loop's figures and the last STATUS from the robot."""

@@ -30,6 +30,7 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
     from edge_agent.daemon.comms_hub import CommsHub
     from edge_agent.daemon.control import ControlPath
 
@@ -70,7 +71,7 @@ class Episodes:
         api.register("journal.label", self.label)
 
     # -- folding events (any thread) -----------------------------------------------------
-    def on_event(self, ev: Mapping[str, Any]) -> None:
+    def on_event(self, ev: Event) -> None:
         kind = ev.get("type")
         with self._lock:
             if kind in (EventType.DEGRADED, EventType.RECOVERED):

@@ -9,7 +9,7 @@ callables; `register(api)` installs one handler per command.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge_agent.commands import CommandAPI, CommandContext, CommandRefused, ErrorCode
 from edge_agent.comms.jsonline import json_line_request
@@ -23,6 +23,9 @@ from edge_agent.executor.records import CommandResult
 from edge_agent.link.codec import StopReason
 from edge_agent.vocab import StopCause, estop_cause
 
+if TYPE_CHECKING:
+    from edge_agent.contract.status import StatusResult
+
 RIG_TARGETS = ("sensor:", "gripper", "collision", "link", "estop")
 INFERENCE_TARGETS = ("gpu", "triton", "model")
 TASK_WAIT_S = 3.0
@@ -32,7 +35,7 @@ class CommandHandlers:
     """The handlers; `persist_latch()` saves the snapshot and waits (bounded) for the disk."""
 
     def __init__(self, control: ControlPath, mirror: LinkMirror, policy: PolicyLoader, *,
-                 status: Callable[[], dict[str, Any]], estop: Callable[[StopCause], None],
+                 status: Callable[[], StatusResult], estop: Callable[[StopCause], None],
                  persist_latch: Callable[[], bool], state_changed: Callable[[], None],
                  rig: SimRig | None, model_wait_s: float) -> None:
         self.control = control
@@ -56,7 +59,7 @@ class CommandHandlers:
             api.register(name, fn)
 
     def status(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
-        return self._status()
+        return cast("dict[str, Any]", self._status())  # a reply's result: any JSON object
 
     def estop(self, args: dict[str, Any], ctx: CommandContext) -> dict[str, Any]:
         if ctx.source not in ("mqtt", "fleet", "socket"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from edge_agent.executor.latch import StopLatch
 from edge_agent.link.codec import (
@@ -28,11 +28,18 @@ from edge_agent.link.codec import (
     StopReason,
 )
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.vocab import EventType, StopCause
 
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event as EventMsg
+    from edge_agent.contract.events import FirmwareEventCode
+    from edge_agent.contract.status import LinkStatus
+
 _log = get_logger(__name__)
-EventSink = Callable[[dict[str, Any]], None]
+EventSink = Callable[["EventMsg"], None]
 _ESTOP_BIT = int(StatusFlag.ESTOP_INPUT)
 
 
@@ -67,6 +74,7 @@ class LinkMirror:
         now = self._clock()
         self.last_frame_at = now
         self.frames += 1
+        TAP.publish(obs.LINK_STATUS if type(msg) is Status else obs.LINK_RX, msg)  # an append
         if isinstance(msg, Status):
             self.last_status = msg
             self._hub.update(msg, now)
@@ -86,7 +94,8 @@ class LinkMirror:
                             "firmware_version": msg.proto_version})
         elif isinstance(msg, Event):
             self.fw_events += 1
-            self._emit({"type": EventType.FIRMWARE_EVENT, "code": msg.code.name.lower(),
+            self._emit({"type": EventType.FIRMWARE_EVENT,
+                        "code": cast("FirmwareEventCode", msg.code.name.lower()),
                         "detail": msg.detail})
         elif isinstance(msg, Pong):
             with self._cond:
@@ -114,8 +123,8 @@ class LinkMirror:
             # (after a bounded wait) whether that is a fault.
             if g.link_up or self.ever_up:
                 self._latch.set_condition(StopCause.LINK_FAULT, not g.link_up, now)
-                self._emit({"type": EventType.LINK_UP if g.link_up else EventType.LINK_FAULT,
-                            "cause": None if g.link_up else "serial_link"})
+                self._emit({"type": EventType.LINK_UP, "cause": None} if g.link_up else
+                           {"type": EventType.LINK_FAULT, "cause": "serial_link"})
         if g.latched and g.cause == StopReason.ESTOP_INPUT and not self._latch.latched:
             self._latch.trip(StopCause.ESTOP_INPUT, now)
         elif g.latched and g.cause == StopReason.DEADMAN and not self.closing:
@@ -154,7 +163,7 @@ class LinkMirror:
         """The guardian sends G_STATE at least every second: silence means a hung reader."""
         return self.last_frame_at > 0 and now - self.last_frame_at <= slack_s
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> LinkStatus:
         g = self.gstate
         return {
             "link_up": self.link_up,

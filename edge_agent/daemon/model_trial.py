@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from edge_agent.daemon.trial_evidence import EvidenceTaps
 from edge_agent.daemon.trial_store import (
@@ -56,6 +56,8 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.events_more import CommitBy, ModelName
     from edge_agent.inference.model_cache import CachedModel, ModelCache
     from edge_agent.inference.model_card import ModelCard
     from edge_agent.reports.record import Origin, Report
@@ -82,7 +84,7 @@ class TrialStack(Protocol):
 class ModelTrial:
     """See the module doc."""
 
-    def __init__(self, cfg: Config, publish: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, cfg: Config, publish: Callable[[Event], None]) -> None:
         from edge_agent.store.decisions import journal_dir
 
         self.rules = TrialRules.from_config(cfg.inference)
@@ -103,7 +105,7 @@ class ModelTrial:
         self._load_lock = threading.Lock()
 
     def attach(self, file_report: ReportFiler,
-               listen: Callable[[Callable[[dict[str, Any]], None]], None]) -> None:
+               listen: Callable[[Callable[[Event], None]], None]) -> None:
         """The report outbox and the daemon's event stream (app.py, once both exist)."""
         self._file_report = file_report
         listen(self.taps.on_event)
@@ -271,9 +273,9 @@ class ModelTrial:
             self.store.unmark_bad(rec["sha256"])  # a bad model installed anyway, proven now
             self._save()
             self._publish({"type": EventType.MODEL_COMMITTED, "sha256": rec["sha256"],
-                           "name": rec.get("name"), "version": rec.get("version"), "by": v.by,
-                           "tasks": snap.tasks, "successes": snap.successes,
-                           "evidence": snap.as_dict()})
+                           "name": rec.get("name"), "version": rec.get("version"),
+                           "by": cast("CommitBy", v.by), "tasks": snap.tasks,
+                           "successes": snap.successes, "evidence": snap.as_dict()})
             _log.info("model_committed", sha256=rec["sha256"], by=v.by, tasks=snap.tasks)
             return True
         return False
@@ -295,8 +297,8 @@ class ModelTrial:
             if stack is None:
                 raise RuntimeError("no inference stack")
             entry = stack.revert_model(sha, reload=not at_start)
-            restored = {"name": entry.card.name, "version": entry.card.version,
-                        "sha256": entry.sha256}
+            restored = cast("ModelName", {"name": entry.card.name, "version": entry.card.version,
+                                          "sha256": entry.sha256})
         except Exception as exc:  # nothing to go back to: said in the event and the report
             error = str(exc)
             _log.exception("model_rollback_failed", sha256=sha)

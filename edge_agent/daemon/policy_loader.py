@@ -13,17 +13,22 @@ import threading
 import time
 from collections.abc import Callable, MutableSequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from edge_agent.daemon.model_trial import ModelTrial
 from edge_agent.daemon.shadow import ShadowControl
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.status_model import ModelStatus
     from edge_agent.executor.executor import Executor
     from edge_agent.inference.assembly import InferenceStack
+    from edge_agent.inference.backend import InferenceEvent
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
@@ -33,8 +38,8 @@ class PolicyLoader:
     """Owns the inference stack (None until built) and says which backend decides."""
 
     def __init__(self, cfg: Config, executor: Executor, executor_lock: threading.RLock,
-                 journal: DecisionJournal | None, events: MutableSequence[dict[str, Any]],
-                 publish: Callable[[dict[str, Any]], None], *, sim_gpu: bool = False) -> None:
+                 journal: DecisionJournal | None, events: MutableSequence[Event],
+                 publish: Callable[[Event], None], *, sim_gpu: bool = False) -> None:
         self._cfg = cfg
         self._sim_gpu = sim_gpu  # --sim with sim.gpu: the simulated GPU (inference/sim_gpu.py)
         self._executor = executor
@@ -121,9 +126,10 @@ class PolicyLoader:
             return "no model is configured (set inference.model or inference.triton_url)"
         return "the inference stack is still loading; retry after the policy_ready event"
 
-    def model_status(self) -> dict[str, Any]:
-        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow."""
-        return {**self.trial.status(), "shadow": self.shadow.status()}
+    def model_status(self) -> ModelStatus:
+        """`status.model`: current, previous, trial, bad (daemon/model_trial.py), shadow (its
+        dicts are untyped; tests/test_model_trial_daemon.py checks them against the schema)."""
+        return cast("ModelStatus", {**self.trial.status(), "shadow": self.shadow.status()})
 
     def update_model(self, uri: str, sha256: str, version: str | None,
                      allow_bad: bool = False) -> dict[str, Any]:
@@ -156,12 +162,13 @@ class PolicyLoader:
         if self.stack is not None:
             self.stack.stop()
 
-    def _on_event(self, ev: Any) -> None:
+    def _on_event(self, ev: InferenceEvent) -> None:
         self.trial.taps.on_inference_event(ev)
         self._events.append(ev.as_dict())  # may run on the control thread: only enqueue
 
     def _on_decision(self, rec: Any) -> None:
         self.trial.taps.on_decision(rec)  # the control thread: counters only
+        TAP.publish(obs.DECISIONS, (rec, False))  # a NamedTuple: encoded by the consumer
         if self._journal is not None:
             self._journal.record(rec.as_dict())
         self.shadow.offer(rec)  # the same observation to a shadow candidate, if one runs

@@ -34,6 +34,7 @@ from edge_agent.vocab import ESTOP_CAUSES, StopCause
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
     from edge_agent.daemon.control import ControlPath
     from edge_agent.reports.record import Report
     from edge_agent.store.decisions import DecisionJournal
@@ -49,7 +50,7 @@ class DaemonReports:
     def __init__(self, cfg: Config, *, boot_id: str, control: ControlPath,
                  decisions: DecisionJournal | None,
                  model_status: Callable[[], dict[str, Any] | None],
-                 publish_event: Callable[[dict[str, Any]], None],
+                 publish_event: Callable[[Event], None],
                  publish_report: Callable[[Mapping[str, Any]], Published | None]) -> None:
         self.control = control
         self._decisions_journal = decisions

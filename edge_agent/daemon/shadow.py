@@ -28,6 +28,8 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.events_more import ModelName
     from edge_agent.inference.assembly import InferenceStack
     from edge_agent.inference.backend import DecisionRecord
     from edge_agent.inference.shadow import ShadowRunner
@@ -45,7 +47,7 @@ class ShadowControl:
 
     def __init__(self, cfg: Config, stack: Callable[[], InferenceStack | None],
                  unavailable: Callable[[], str | None], journal: DecisionJournal | None,
-                 publish: Callable[[dict[str, Any]], None]) -> None:
+                 publish: Callable[[Event], None]) -> None:
         self.report_after = int(cfg.inference.shadow_report_after)
         self.priority = int(cfg.inference.shadow_priority)
         self._stack = stack
@@ -120,7 +122,7 @@ class ShadowControl:
                                   priority=self.priority)
             runner.start()
             self.runner = runner  # from the next decision on, offer() hands it over
-        cand = {"name": card.name, "version": card.version, "sha256": card.sha256}
+        cand: ModelName = {"name": card.name, "version": card.version, "sha256": card.sha256}
         self._publish({"type": EventType.SHADOW_STARTED, "candidate": cand,
                        "report_after": self.report_after})
         _log.info("shadow_started", name=card.name, version=card.version,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
@@ -22,6 +22,9 @@ from edge_agent.sensors.hub import SensorHub
 from edge_agent.store.decisions import DecisionJournal
 from edge_agent.vocab import EventType
 
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
+
 _log = get_logger(__name__)
 
 
@@ -30,7 +33,7 @@ class StartupWork:
 
     def __init__(self, policy: PolicyLoader, decisions: DecisionJournal | None, hub: SensorHub,
                  robot: RobotDescription, heap: HeapKeeper, mirror: LinkMirror, *,
-                 send: Callable[[Message], None], publish: Callable[[dict[str, Any]], None],
+                 send: Callable[[Message], None], publish: Callable[[Event], None],
                  stopping: threading.Event, on_policy: Callable[[], None] = lambda: None
                  ) -> None:
         self.policy = policy

@@ -8,7 +8,7 @@ Built from the daemon's parts through `DaemonParts`, the narrow view these funct
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from edge_agent import __version__
 from edge_agent.daemon.linkmirror import LinkMirror
@@ -17,6 +17,7 @@ from edge_agent.executor.latch import StopLatch
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.status import StateFields, StatusResult
     from edge_agent.daemon.comms_hub import CommsHub
     from edge_agent.daemon.control import ControlPath
     from edge_agent.daemon.policy_loader import PolicyLoader
@@ -51,13 +52,13 @@ class DaemonParts(Protocol):
     health: HealthMonitor | None
 
 
-def daemon_state(d: DaemonParts) -> dict[str, Any]:
+def daemon_state(d: DaemonParts) -> StateFields:
     """The retained `state` (MQTT) and the first fields of `status`."""
     degraded = d.health.degraded() if d.health is not None else []
     return state_fields(d.executor, d.latch, d.mirror, d.policy.in_use(), degraded)
 
 
-def daemon_status(d: DaemonParts) -> dict[str, Any]:
+def daemon_status(d: DaemonParts) -> StatusResult:
     """The `status` reply (docs/asyncapi.yaml Status)."""
     now = time.monotonic()
     loop = d.control.loop_status()
@@ -81,18 +82,16 @@ def daemon_status(d: DaemonParts) -> dict[str, Any]:
 
 
 def state_fields(executor: Executor, latch: StopLatch, mirror: LinkMirror,
-                 policy_in_use: str, degraded: list[str]) -> dict[str, Any]:
+                 policy_in_use: str, degraded: list[str]) -> StateFields:
     """`state` now (docs/asyncapi.yaml StateFields); `degraded`: the health monitor's modes."""
     st = latch.state
-    out: dict[str, Any] = {"mode": executor.mode, "state": executor.state.value,
-                           "degraded": degraded, "homed": bool(mirror.last_status is not None),
-                           "link_up": mirror.link_up, "policy": policy_in_use}
+    out: StateFields = {"mode": executor.mode, "state": executor.state.value,
+                        "degraded": degraded, "homed": bool(mirror.last_status is not None),
+                        "link_up": mirror.link_up, "policy": policy_in_use}
     task = executor.task
     if task is not None:
         out["task"] = task
     if st.kind is not None:
-        out["stop"] = {"kind": st.kind.value,
-                       "cause": st.first_cause.value if st.first_cause else None,
-                       "causes": [c.value for c in st.causes],
+        out["stop"] = {"kind": st.kind, "cause": st.first_cause, "causes": list(st.causes),
                        "hardware_input": st.hardware_input}
     return out

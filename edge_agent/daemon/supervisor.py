@@ -19,8 +19,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status import ThreadStatus
 
 _log = get_logger(__name__)
 Spawn = Callable[[str, Callable[[], None]], None]  # `Supervisor.spawn`: a named, watched thread
@@ -37,7 +41,7 @@ class ThreadHealth:
     stopped_at: float | None
     last_error: str | None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> ThreadStatus:
         return {"name": self.name, "kind": self.kind, "alive": self.alive,
                 "started_at": self.started_at, "stopped_at": self.stopped_at,
                 "last_error": self.last_error}

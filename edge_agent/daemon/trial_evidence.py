@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.inference.trial_rules import UNUSABLE_MODES, Evidence, judged
 from edge_agent.vocab import EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 CANDIDATE = "local"  # the backend that runs the model model.update installed
 
@@ -66,7 +68,7 @@ class EvidenceTaps:
             ev.load_failures += 1
             self.wake.set()
 
-    def on_event(self, event: Mapping[str, Any]) -> None:
+    def on_event(self, event: Event) -> None:
         """A published event (the daemon's listener): task ends, L3, degradation modes."""
         ev = self.ev
         if ev is None:

@@ -48,10 +48,10 @@ class StopConditions:
             was = self.lost
             self.lost = lost
             if lost:
-                self._emit(EventType.SENSOR_LOST, channels=list(lost),
-                           age_s={c: _age(snap, c) for c in lost})
+                self._emit({"type": EventType.SENSOR_LOST, "channels": list(lost),
+                            "age_s": {c: _age(snap, c) for c in lost}})
             else:
-                self._emit(EventType.SENSOR_BACK, channels=list(was))
+                self._emit({"type": EventType.SENSOR_BACK, "channels": list(was)})
             if bool(lost) != bool(was):
                 self._latch.set_condition(StopCause.SENSOR_BOUND, bool(lost), now)
         held = (StopCause.COLLISION in self._latch.state.causes

@@ -8,13 +8,16 @@ the tick's time; the daemon drains it (`Executor.drain_events`) and publishes ev
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.executor.controllers import Measured
 from edge_agent.executor.monitor import ObjectEstimate, SensorRing
-from edge_agent.vocab import EventType
 
-Event = dict[str, Any]  # {"type": EventType, "t": s, ...the event's fields} (docs/asyncapi.yaml)
+if TYPE_CHECKING:  # the contract's union of TypedDicts (edge_agent/contract/events.py) ...
+    from edge_agent.contract.events import Event as Event
+else:  # ... plain dicts at run time: the records are not imported on the control path
+    Event = dict
+DecisionRecord = dict[str, Any]  # a policy decision as the decision journal records it
 
 
 @dataclass(slots=True)
@@ -37,8 +40,10 @@ class EventLog:
         self._inputs = inputs
         self._events: list[Event] = []
 
-    def emit(self, type_: EventType, **fields: Any) -> None:
-        self._events.append({"type": type_, "t": round(self._inputs.now, 6), **fields})
+    def emit(self, ev: Event) -> None:
+        """Append `ev`, stamped with the tick's time `t`."""
+        ev["t"] = round(self._inputs.now, 6)
+        self._events.append(ev)
 
     def drain(self) -> list[Event]:
         out, self._events = self._events, []

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edge_agent.executor.context import Event
+from edge_agent.executor.context import DecisionRecord
 from edge_agent.executor.records import Counters
 from edge_agent.policy_seam import Action, AsyncPolicy, Observation, PendingDecision, Policy
 
@@ -38,7 +38,7 @@ class PolicyClient:
     """The executor's side of the policy seam (see the module doc)."""
 
     def __init__(self, policy: Policy, period_s: float, counters: Counters,
-                 sink: Callable[[Event], None] | None) -> None:
+                 sink: Callable[[DecisionRecord], None] | None) -> None:
         self._period = period_s
         self._counters = counters
         self._sink = sink

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from edge_agent.executor.context import Event, EventLog, TickInputs
+from edge_agent.executor.context import DecisionRecord, EventLog, TickInputs
 from edge_agent.executor.controllers import Measured, Vec3
 from edge_agent.executor.decisions import PolicyClient
 from edge_agent.executor.faults import (
@@ -59,7 +59,7 @@ class TaskDriver:
 
     def __init__(self, robot: RobotDescription, kin: ArmKinematics, config: ExecutorConfig,
                  policy: Policy, inputs: TickInputs, events: EventLog, counters: Counters,
-                 decision_sink: Callable[[Event], None] | None) -> None:
+                 decision_sink: Callable[[DecisionRecord], None] | None) -> None:
         self._robot = robot
         self._cfg = config
         self.faults = FaultPolicy(config.max_attempts, config.l3_threshold)
@@ -130,8 +130,9 @@ class TaskDriver:
         self.faults.begin_subgoal()
         self.machine.fire(Trigger.START)
         self.decisions.decide_now(now)
-        self._events.emit(EventType.TASK_STARTED, task_id=task.task_id, task=task.spec.name,
-                          object=list(task.object_xyz), place=list(task.place_xyz))
+        self._events.emit({"type": EventType.TASK_STARTED, "task_id": task.task_id,
+                           "task": task.spec.name, "object": list(task.object_xyz),
+                           "place": list(task.place_xyz)})
         self._begin_attempt(now, m, None)
 
     def resume(self, now: float, m: Measured | None) -> bool:
@@ -146,7 +147,8 @@ class TaskDriver:
             return False
         self._saved = False
         self.decisions.decide_now(now)
-        self._events.emit(EventType.TASK_RESUMED, task_id=task.task_id, state=state.value)
+        self._events.emit({"type": EventType.TASK_RESUMED, "task_id": task.task_id,
+                           "state": state.value})
         grip_limit = task.grip_limit_a
         self._begin_attempt(now, m, None)
         if task.spec.spec(state).gripper is GripperAction.GRIP and state is not State.GRASP:
@@ -160,9 +162,9 @@ class TaskDriver:
         if is_motion(before) and self._task is not None:
             self._saved = True
             self._attempt = None
-            self._events.emit(EventType.TASK_FROZEN, task_id=self._task.task_id,
-                              state=before.value, stop=stop.value if stop else None,
-                              cause=cause.value if cause else None)
+            self._events.emit({"type": EventType.TASK_FROZEN, "task_id": self._task.task_id,
+                               "state": before.value, "stop": stop,
+                               "cause": cause})
 
     def end(self, now: float, outcome: Outcome, message: str, trigger: str | None) -> Command:
         """End the task (`task_done`), fire `trigger` first; the hold command."""
@@ -170,10 +172,11 @@ class TaskDriver:
         if trigger is not None:
             self.machine.fire(trigger)
         if task is not None:
-            self._events.emit(EventType.TASK_DONE, task_id=task.task_id, outcome=outcome.value,
-                              message=message, attempts=task.attempts,
-                              duration_s=round(now - task.started_at, 4),
-                              failures=list(task.failures))
+            self._events.emit({"type": EventType.TASK_DONE, "task_id": task.task_id,
+                               "outcome": outcome.value, "message": message,
+                               "attempts": task.attempts,
+                               "duration_s": round(now - task.started_at, 4),
+                               "failures": list(task.failures)})
         self._task = None
         self._saved = False
         self._spec = None
@@ -226,8 +229,9 @@ class TaskDriver:
         failure = self._control.start(spec, m, task, alt)
         if failure is not None:
             return self._fail(now, m, FailureKind.NOT_CONVERGED, failure.message)
-        self._events.emit(EventType.ATTEMPT_STARTED, task_id=task.task_id, state=st.value,
-                          attempt=att.number, alternative=alt.name if alt else None)
+        self._events.emit({"type": EventType.ATTEMPT_STARTED, "task_id": task.task_id,
+                           "state": st.value, "attempt": att.number,
+                           "alternative": alt.name if alt else None})
         return self._control.compose(spec, m, 0.0)
 
     def tick(self, now: float, m: Measured, dt: float) -> Command:
@@ -269,9 +273,9 @@ class TaskDriver:
         assert task is not None and att is not None
         task.regrasps += 1
         self._counters.regrasps += 1
-        self._events.emit(EventType.REGRASP, task_id=task.task_id, state=att.state.value,
-                          object=[round(v, 5) for v in target], old_object=list(task.object_xyz),
-                          regrasp=task.regrasps)
+        self._events.emit({"type": EventType.REGRASP, "task_id": task.task_id,
+                           "state": att.state.value, "object": [round(v, 5) for v in target],
+                           "old_object": list(task.object_xyz), "regrasp": task.regrasps})
         task.object_xyz = target
         self.faults.begin_subgoal()
         return self._begin_attempt(now, m, None)
@@ -323,9 +327,9 @@ class TaskDriver:
                 return self._start_regrasp(now, m, target)
             self._counters.regrasp_refused += 1
             _, why = self.regrasp_verdict()
-            self._events.emit(EventType.REGRASP_REFUSED,
-                              task_id=self._task.task_id if self._task else None,
-                              state=att.state.value, reason=why)
+            self._events.emit({"type": EventType.REGRASP_REFUSED,
+                               "task_id": self._task.task_id if self._task else None,
+                               "state": att.state.value, "reason": why})
             journal(now, obs, action, False)
             return None
         journal(now, obs, action, True)
@@ -343,8 +347,8 @@ class TaskDriver:
         done = self._attempt
         if done is not None:
             self.faults.attempt_succeeded(done.state, self.machine.state is State.IDLE)
-            self._events.emit(EventType.SUBGOAL_REACHED, state=done.state.value,
-                              attempt=done.number, duration_s=round(now - done.started, 4))
+            self._events.emit({"type": EventType.SUBGOAL_REACHED, "state": done.state.value,
+                               "attempt": done.number, "duration_s": round(now - done.started, 4)})
         if self.machine.state is State.IDLE:
             return self.end(now, Outcome.SUCCESS, "task done", None)
         self.faults.begin_subgoal()
@@ -358,19 +362,19 @@ class TaskDriver:
         task.failures.append(f"{att.state.value}:{kind.value}")
         d = self.faults.attempt_failed(now, att.state, kind, spec.alternatives_for(kind), detail,
                                        fatal=kind is FailureKind.PART_LOST)
-        self._events.emit(EventType.ATTEMPT_FAILED, task_id=task.task_id, state=att.state.value,
-                          attempt=att.number, kind=kind.value, detail=detail,
-                          verdict=d.verdict.value,
-                          alternative=d.alternative.name if d.alternative else None,
-                          l3_count=d.l3_count)
+        self._events.emit({"type": EventType.ATTEMPT_FAILED, "task_id": task.task_id,
+                           "state": att.state.value, "attempt": att.number, "kind": kind.value,
+                           "detail": detail, "verdict": d.verdict.value,
+                           "alternative": d.alternative.name if d.alternative else None,
+                           "l3_count": d.l3_count})
         step = after_failure(d, kind, spec, self._cfg)
         if step is NextStep.DIAGNOSTIC:
             return self._enter_diagnostic(now)
         if step is NextStep.REGRASP_WINDOW:
             att.part_lost_at = now  # hold still; the policy may propose a re-grasp
             self._control.drop()
-            self._events.emit(EventType.PART_LOST_HOLD, task_id=task.task_id,
-                              state=att.state.value, window_s=self._cfg.regrasp_window_s)
+            self._events.emit({"type": EventType.PART_LOST_HOLD, "task_id": task.task_id,
+                               "state": att.state.value, "window_s": self._cfg.regrasp_window_s})
             return self.hold()
         if step is NextStep.TASK_FAILED:
             return self.end(now, Outcome.FAILED, task_failed_message(att.state, kind, att.number),
@@ -389,5 +393,5 @@ class TaskDriver:
                        Trigger.DIAGNOSE)
         if self.on_fault_record is not None:
             self.on_fault_record(record)  # the repair report (it only enqueues)
-        self._events.emit(EventType.DIAGNOSTIC, record=published_record(record))
+        self._events.emit({"type": EventType.DIAGNOSTIC, "record": published_record(record)})
         return cmd

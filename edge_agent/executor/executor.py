@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from edge_agent.executor.conditions import StopConditions
-from edge_agent.executor.context import Event, EventLog, TickInputs
+from edge_agent.executor.context import DecisionRecord, Event, EventLog, TickInputs
 from edge_agent.executor.controllers import Measured, Vec3, measure
 from edge_agent.executor.driver import TaskDriver
 from edge_agent.executor.faults import FaultPolicy, FaultRecord
@@ -58,7 +58,7 @@ class Executor:
 
     def __init__(self, robot: RobotDescription, latch: StopLatch, policy: Policy | None = None,
                  config: ExecutorConfig | None = None, *,
-                 decision_sink: Callable[[Event], None] | None = None) -> None:
+                 decision_sink: Callable[[DecisionRecord], None] | None = None) -> None:
         cfg = (config or ExecutorConfig()).check()
         self.robot = robot
         self.kin = ArmKinematics.of(robot)
@@ -179,8 +179,8 @@ class Executor:
         joint = self._monitor.update(now, m.current, dt)
         if joint is not None:
             self.counters.collisions += 1
-            self._events.emit(EventType.COLLISION, joint=self.robot.joints[joint].name,
-                              detail=self._monitor.last_trip)
+            self._events.emit({"type": EventType.COLLISION, "detail": self._monitor.last_trip,
+                               "joint": self.robot.joints[joint].name})
             self.latch.trip(StopCause.COLLISION, now)
             self._sync_latch(now)
             return self._driver.hold()
@@ -201,7 +201,7 @@ class Executor:
         sp, lost = self._jog.update(now, m.q, dt)
         if lost:
             self.counters.jog_lost += 1
-            self._events.emit(EventType.JOG_LOST)
+            self._events.emit({"type": EventType.JOG_LOST})
             if self.cfg.jog_loss_trips:
                 self.latch.trip(StopCause.JOG_LOST, now)
                 self._sync_latch(now)
@@ -235,7 +235,7 @@ class Executor:
             self._mode_changed()
 
     def _mode_changed(self) -> None:
-        self._events.emit(EventType.MODE_CHANGED, mode=self.mode, state=self._machine.state.value)
+        self._events.emit({"type": EventType.MODE_CHANGED, "mode": self.mode, "state": self.state})
 
     # -- commands ------------------------------------------------------------------------
     def _pre(self, now: float) -> None:

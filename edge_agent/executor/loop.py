@@ -15,10 +15,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from edge_agent.executor.collector import DeferredCollection
 from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status import LoopFigures
 
 _log = get_logger(__name__)
 
@@ -64,7 +67,7 @@ class LoopStats:
         j = int(tick_s / HIST_BIN_S)
         self.tick_hist[j if j < HIST_BINS else HIST_BINS - 1] += 1
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LoopFigures:
         return {
             "ticks": self.ticks, "overruns": self.overruns,
             "missed_periods": self.missed_periods,

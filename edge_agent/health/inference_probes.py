@@ -22,8 +22,8 @@ once: network calls stay on the Triton worker, session builds on a background th
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.health.probe import Figure, GuardedProbe, Probe, ProbeResult
 from edge_agent.inference.backend import EventKind
@@ -32,6 +32,9 @@ from edge_agent.inference.onnx_backend import OnnxBackend
 from edge_agent.inference.router import PolicyRouter
 from edge_agent.inference.triton_backend import TritonBackend
 from edge_agent.vocab import DegradationMode
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 MODEL_BACKENDS = ("triton", "local", "cached")
 GPU_WARN_TEMPERATURE_C = 85
@@ -43,7 +46,7 @@ class _Probe(GuardedProbe):
     # the inference event (type, backend) that is this probe's failure at once (fails_on)
     fast_fail: tuple[EventKind, str] | None = None
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         """The monitor's fast path (health/probe.py EventAware): this probe's event, at once."""
         if self.fast_fail is None:
             return None

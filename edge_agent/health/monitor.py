@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.health.modes import ModeRules, Transition
 from edge_agent.health.probe import (
@@ -33,6 +33,12 @@ from edge_agent.health.probe import (
     fail_after_of,
 )
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.status import HealthStatus, ProbeStatus
 
 _log = get_logger(__name__)
 
@@ -191,7 +197,7 @@ class HealthMonitor:
         if transition is not None:
             self._emit(transition)
 
-    def on_event(self, event: Mapping[str, Any]) -> None:
+    def on_event(self, event: Event) -> None:
         """Every published event (any thread): a failure now for each probe whose `fails_on`
         says so (health/probe.py EventAware)."""
         for p in self._aware:
@@ -220,11 +226,11 @@ class HealthMonitor:
         w = self._worker
         return self._own_cpu_s + self._retired_cpu_s + (w.cpu_s if w is not None else 0.0)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> HealthStatus:
         """`status.health`: the active modes and every probe's level, figures, strikes, next run."""
         now, wall = self._clock(), self._wall()
         with self._lock:
-            probes: dict[str, Any] = {}
+            probes: dict[str, ProbeStatus] = {}
             for name, s in self._slots.items():
                 r, c = s.result, self.rules.counts(name)
                 nxt = None if s.hung is not None else max(0.0, s.due - now)
@@ -315,6 +321,10 @@ class HealthMonitor:
             transition = self.rules.observe(slot.probe.name, slot.probe.mode,
                                             slot.probe.subject, result, now,
                                             fail_after_of(slot.probe))
+        if TAP.active:
+            TAP.publish(obs.HEALTH, {"kind": "probe", "name": slot.probe.name,
+                                     "level": result.level.name.lower(), "message": result.message,
+                                     "figures": dict(result.figures), "took_ms": slot.took_ms})
         if transition is not None:
             self._emit(transition)
 
@@ -327,6 +337,9 @@ class HealthMonitor:
                 s.due = now
 
     def _emit(self, t: Transition) -> None:
+        TAP.publish(obs.HEALTH, {"kind": "mode", "name": t.mode.value, "entered": t.entered,
+                                 "subject": t.subject, "probe": t.probe, "cause": t.cause,
+                                 "figures": dict(t.figures)})
         _log.warning("health_mode_entered" if t.entered else "health_mode_left",
                      mode=t.mode.value, subject=t.subject, probe=t.probe, cause=t.cause)
         try:

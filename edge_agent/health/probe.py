@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from edge_agent.vocab import DegradationMode
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 Figure = float | int | str | bool | None
 
@@ -112,4 +115,4 @@ class EventAware(Protocol):
     publishes to `fails_on` (on the publishing thread: cheap, never blocking, never raising);
     a message back counts as a failed run of this probe at once and runs it again now."""
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None: ...
+    def fails_on(self, event: Event) -> str | None: ...

@@ -15,11 +15,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.health.probe import Figure, ProbeResult
 from edge_agent.store.reserve import SpaceReserve
 from edge_agent.vocab import DegradationMode, EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 
 class _Base:
@@ -80,7 +83,7 @@ class BrokerProbe(_Base):
         return ProbeResult.ok("connected, commands subscribed", connected=True,
                               subscribed=True, outbox_pending=backlog)
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         return "MQTT connection lost" if event.get("type") == EventType.MQTT_DISCONNECTED else None
 
 
@@ -128,7 +131,7 @@ class LinkProbe(_Base):
                                     link_up=True, **figs)
         return ProbeResult.ok("link up", guardian_alive=True, link_up=True, **figs)
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         t = event.get("type")
         if t == EventType.FIRMWARE_EVENT and event.get("code") == "bad_frame":
             self.bad_frames += 1  # a level (WARN) at the next run, not a failure now
@@ -226,7 +229,7 @@ class StoreProbe(_Base):
             return ProbeResult.warn(f"{free / 1e6:.0f} MB free under {self.state_dir}", **figs)
         return ProbeResult.ok(f"{free / 1e9:.1f} GB free", **figs)
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         if event.get("type") == EventType.JOURNAL_DISABLED and event.get("cause") == "disk_full":
             return f"the decision journal is off: {event.get('cause')}"
         return None
@@ -254,7 +257,7 @@ class StartupProbe(_Base):
             return ProbeResult.error(f"start-up work failed — {why}", **figs)
         return ProbeResult.ok("start-up work fine" if parts else "start-up work running", **figs)
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         if event.get("type") == EventType.CALIBRATION_FAILED:
             return f"calibration failed: {event.get('reason')}"
         return None

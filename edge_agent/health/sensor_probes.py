@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.health.probe import Figure, GuardedProbe, Probe, ProbeResult
 from edge_agent.log import get_logger
@@ -44,6 +44,9 @@ from edge_agent.robot import RobotDescription, SensorChannel
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.sensors.readings import ChannelCounts, Freshness, Snapshot, Source
 from edge_agent.vocab import DegradationMode, EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 log = get_logger(__name__)
 FailNow = Callable[..., None]  # HealthMonitor.fail_now(probe_name, message, **figures)
@@ -84,10 +87,10 @@ class SensorFreshnessProbe(_ChannelProbe):
         super().__init__(f"sensor:{channel.name}", channel, mode, snapshots)
         self._stale_s = stale_s
 
-    def fails_on(self, event: Mapping[str, Any]) -> str | None:
+    def fails_on(self, event: Event) -> str | None:
         """The daemon's `sensor_lost` event naming this channel (health/probe.py EventAware)."""
-        if event.get("type") == EventType.SENSOR_LOST and self._ch.name in (
-                event.get("channels") or ()):
+        lost = event.get("channels") if event.get("type") == EventType.SENSOR_LOST else None
+        if isinstance(lost, list) and self._ch.name in lost:
             return f"{self._ch.name} lost past its bound (sensor_lost)"
         return None
 

@@ -35,6 +35,7 @@ from edge_agent.vocab import DegradationMode, EventType
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.events import Event
 
 _log = get_logger(__name__)
 
@@ -74,8 +75,8 @@ FALLBACK: Mapping[DegradationMode, str] = {
 class HealthSources:
     """What the probes read and where the monitor's decisions go (all plain callables)."""
 
-    publish: Callable[[dict[str, Any]], None]  # an event out (CommsHub.event)
-    tap_events: Callable[[Callable[[Mapping[str, Any]], None]], None]  # sees every event
+    publish: Callable[[Event], None]  # an event out (CommsHub.event)
+    tap_events: Callable[[Callable[[Event], None]], None]  # sees every event
     state_changed: Callable[[], None]
     submit_report: Callable[[ModeRecord], object]  # DaemonReports.submit
     mqtt_ready: Callable[[], bool]  # connected with the command subscription granted
@@ -163,9 +164,11 @@ def _router(src: HealthSources, recover_after: int
             src.sensor_hub.set_median(t.subject, t.entered)  # the mode's fallback, then the news
         if t.mode is DegradationMode.STORAGE_LOW and src.shed_storage is not None:
             src.shed_storage(t.entered)  # shed before the report, which needs a little disk
-        src.publish({"type": EventType.DEGRADED if t.entered else EventType.RECOVERED,
-                     "mode": t.mode, "subject": t.subject, "probe": t.probe, "cause": t.cause,
-                     "figures": dict(t.figures)})
+        fig = dict(t.figures)
+        src.publish({"type": EventType.DEGRADED, "mode": t.mode, "subject": t.subject,
+                     "probe": t.probe, "cause": t.cause, "figures": fig} if t.entered else
+                    {"type": EventType.RECOVERED, "mode": t.mode, "subject": t.subject,
+                     "probe": t.probe, "cause": t.cause, "figures": fig})
         src.state_changed()
         now, wall = src.clock(), time.time()
         nxt = monitor.next_run(t.probe)

@@ -14,9 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 log = get_logger(__name__)
 
@@ -46,9 +49,11 @@ class InferenceEvent:
     detail: str
     mono: float
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"type": self.kind.value, "backend": self.backend, "detail": self.detail,
-                "mono": self.mono}
+    def as_dict(self) -> Event:
+        """The event (edge_agent/contract/events_more.py InferenceFields: `kind` is one of the
+        inference EventTypes, tests/test_asyncapi.py checks)."""
+        return cast("Event", {"type": self.kind.value, "backend": self.backend,
+                              "detail": self.detail, "mono": self.mono})
 
 
 EventSink = Callable[[InferenceEvent], None]

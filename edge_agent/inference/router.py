@@ -32,6 +32,7 @@ from edge_agent.inference.backend import (
     Ticket,
 )
 from edge_agent.log import get_logger
+from edge_agent.metrics.tally import DECISION_LATENCY
 from edge_agent.policy_seam import Action, Observation
 
 log = get_logger(__name__)
@@ -190,6 +191,7 @@ class PolicyRouter:
     # -- bookkeeping ----------------------------------------------------------------------
     def _record(self, d: PendingDecision, attempts: tuple[tuple[str, str], ...]) -> None:
         latency = self.clock() - d.t0
+        DECISION_LATENCY.observe(d.backend or "none", latency)  # O(1): the metrics' histogram
         if d.action is None:
             self.no_decisions += 1
             outcome = "no_decision"

@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent.inference.shadow_tally import ShadowTally
 from edge_agent.log import get_logger
+from edge_agent.observe import channels as obs
+from edge_agent.observe.tap import TAP
 from edge_agent.policy_seam import Action
 
 if TYPE_CHECKING:
@@ -169,6 +171,10 @@ class ShadowRunner:
             due = (not self.reported and self.report_after > 0
                    and self.tally.decisions >= self.report_after)
             self.reported = self.reported or due
+        TAP.publish(obs.DECISIONS, ({
+            "mono": rec.mono, "state": rec.state, "observation": rec.observation,
+            "action": action, "backend": self.backend, "latency_ms": ms,
+            "outcome": "agree" if same else "differ", "acting_action": acting}, True))
         if self._record is not None:
             d = {"t": rec.mono, "state": rec.state, "observation": rec.observation,
                  "action": action, "backend": self.backend, "latency_ms": ms,

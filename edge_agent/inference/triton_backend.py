@@ -28,6 +28,7 @@ from typing import Any
 
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
 from edge_agent.log import get_logger
+from edge_agent.metrics.tally import TRITON_ROUND_TRIP
 
 log = get_logger(__name__)
 
@@ -261,8 +262,10 @@ class TritonBackend:
             inp = grpcclient.InferInput(self._x_name, list(x.shape), "FP32")
             inp.set_data_from_numpy(x)
             out = grpcclient.InferRequestedOutput(self._y_name)
+            t0 = time.perf_counter()
             result = client.infer(self.model_name, [inp], model_version=self.model_version,
                                   outputs=[out], client_timeout=self._request_timeout)
+            TRITON_ROUND_TRIP.observe(time.perf_counter() - t0)  # answered requests only
             scores: list[float] = result.as_numpy(self._y_name).reshape(-1).tolist()
         except Exception as e:
             self.failures += 1

@@ -57,6 +57,8 @@ def chat_summary(report: Report, merged: Sequence[Report] = (), *, report_topic:
     lines += ([f"> ({i}) {_one(c)}" for i, c in enumerate(r.checks, 1)] if r.checks
               else ["> Nothing to check."])
     lines += ["", f"**Recover:** {_one(r.recovery)}", "", where]
+    if r.recording:
+        lines.append(f"**Recording:** `{_one(r.recording)}` (MCAP: open it in Foxglove)")
     if plot:
         what = ("The action distribution per state" if r.kind is ReportKind.DRIFT
                 else "The sensor window")

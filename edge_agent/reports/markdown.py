@@ -30,7 +30,8 @@ def render_markdown(report: Report, *, max_rows: int = 20, plot_name: str | None
         ("time", f"{utc(r.wall)} (monotonic {r.mono:.3f} s)"),
         ("device", r.origin.device), ("boot", r.origin.boot_id),
         ("config hash", r.origin.config_hash),
-        ("model sha256", r.origin.model_sha or "none loaded")])
+        ("model sha256", r.origin.model_sha or "none loaded"),
+        *([("recording", f"`{r.recording}` (MCAP, docs/OBSERVE.md)")] if r.recording else [])])
     lines += ["", "## Affected", ""]
     scope = [("capabilities out of service", ", ".join(r.scope.capabilities) or "none")]
     scope += [(k, v) for k, v in (("mode", r.scope.mode), ("state", r.scope.state),

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_agent.log import get_logger
 from edge_agent.reports.markdown import redact, render_markdown
@@ -36,6 +36,9 @@ from edge_agent.reports.record import Report, ReportKind, is_report_id
 from edge_agent.store import json_pieces
 from edge_agent.store.atomic import read_capped, remove_durably, write_atomic
 from edge_agent.vocab import EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
@@ -125,7 +128,7 @@ class Outbox:
                  plot: bool = True, max_rows: int = 20, retry_min_s: float = 1.0,
                  retry_max_s: float = 300.0, secrets: Sequence[str] = (),
                  plot_repeat_s: float = 60.0,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[Event], None] | None = None) -> None:
         self.dir = directory
         self.sinks = list(sinks)
         self.max_entries = max_entries
@@ -142,6 +145,8 @@ class Outbox:
         self.unpersisted = 0  # writes of an entry that failed (a full disk): kept in memory
         self._secrets = tuple(secrets)
         self._on_event = on_event
+        # the flight recorder's hook (daemon/recording.py): the report, linked to its MCAP file
+        self.link: Callable[[Report], Report] | None = None
         self._entries: dict[str, Entry] = {}
         self._incoming: queue.Queue[Callable[[], Report]] = queue.Queue(maxsize=1000)
         self._wake = threading.Event()
@@ -236,6 +241,8 @@ class Outbox:
                 return
             try:
                 report = make()
+                if self.link is not None:
+                    report = self.link(report)
             except Exception:
                 _log.exception("report_build_failed")
                 continue

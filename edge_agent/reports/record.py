@@ -131,6 +131,7 @@ class Report:
     window: Mapping[str, Any] | None  # columns + raw rows, or None
     decisions: tuple[Mapping[str, Any], ...]  # the newest journal decisions, oldest first
     v: int = REPORT_VERSION
+    recording: str | None = None  # the flight recorder's MCAP file of it (docs/OBSERVE.md)
 
     @property
     def has_plot(self) -> bool:
@@ -149,7 +150,7 @@ class Report:
                 "measures": list(self.measures), "recovery": self.recovery,
                 "checks": list(self.checks), "details": dict(self.details),
                 "window": dict(self.window) if self.window is not None else None,
-                "decisions": [dict(d) for d in self.decisions]}
+                "decisions": [dict(d) for d in self.decisions], "recording": self.recording}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Report:
@@ -168,7 +169,8 @@ class Report:
             measures=_strs(d["measures"]), recovery=str(d["recovery"]),
             checks=_strs(d["checks"]), details=dict(d.get("details") or {}),
             window=dict(window) if isinstance(window, Mapping) else None,
-            decisions=tuple(dict(x) for x in d.get("decisions") or ()))
+            decisions=tuple(dict(x) for x in d.get("decisions") or ()),
+            recording=str(d["recording"]) if d.get("recording") else None)
 
 
 def _strs(values: Sequence[Any]) -> tuple[str, ...]:

@@ -87,7 +87,7 @@ def mqtt_payload(entry: Entry, device: str, plot: Path | None,
                "sha256": hashlib.sha256(data).hexdigest()}
     payload: dict[str, Any] = {"v": 1, "id": r.id, "ts": r.wall, "kind": r.kind.value,
                                "title": r.title, "fault": r.fault, "markdown": entry.markdown,
-                               "plot": ref}
+                               "plot": ref, "recording": r.recording}
     size = len(json.dumps(payload, separators=(",", ":")).encode())
     if size > max_bytes:
         pointer = (f"*(cut to fit the MQTT payload limit: the full report is "

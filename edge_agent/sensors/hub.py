@@ -274,6 +274,11 @@ class SensorHub:
             self._build_specs()
         return True
 
+    @property
+    def median_on(self) -> frozenset[str]:
+        """The channels in `sensor_filtered` now (their values are the window's median)."""
+        return self._median_on
+
     def attach_estimators(self, bank: EstimatorBank) -> None:
         """Replace the Kalman estimators (other tuning; the hub builds default ones itself)."""
         with self._write_lock:

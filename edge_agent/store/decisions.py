@@ -45,7 +45,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from edge_agent.log import get_logger
 from edge_agent.store.drift_tally import DriftTally
@@ -53,6 +53,9 @@ from edge_agent.store.episodes import EpisodeMark, encode_episode, episodes_jour
 from edge_agent.store.journal import Journal, JournalFull, RepairReport
 from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 log = get_logger(__name__)
 
@@ -67,7 +70,7 @@ MAX_OBS = 1024
 _HEAD = struct.Struct("<BBHddf")
 _HEAD2 = struct.Struct("<BBHddfI")
 _OBS: dict[int, struct.Struct] = {}
-EventSink = Callable[[dict[str, Any]], None]
+EventSink = Callable[["Event"], None]
 
 
 class Decision(NamedTuple):

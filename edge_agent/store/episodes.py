@@ -31,10 +31,13 @@ import json
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.store.journal import Journal
 from edge_agent.vocab import EventType
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
 
 EPISODES_NAME = "episodes"
 EPISODE_FORMAT = 1
@@ -66,7 +69,7 @@ class EpisodeMark:
         b[backend] = b.get(backend, 0) + 1
         return self.task_id, step
 
-    def follow(self, event: Mapping[str, Any]) -> None:
+    def follow(self, event: Event) -> None:
         """An executor event: a task starts, resumes (the same episode goes on) or ends."""
         kind = event.get("type")
         if kind == EventType.TASK_STARTED or (kind == EventType.TASK_RESUMED

@@ -1,0 +1,210 @@
+"""The retained `state` (MQTT `<prefix>/state`) and the `status` command's result, as TypedDicts.
+
+`StateFields` is what edge_agent/daemon/state.py `state_fields` builds; `StatusResult` is
+`daemon_status` (the state fields plus diagnostics). Parts' `status()` dicts that have a record
+here return it. docs/asyncapi.yaml's StopInfo, StateFields, StatePayload and StatusResult are
+generated from these (python -m edge_agent.contract.asyncapi --write).
+"""
+
+# No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from edge_agent.contract.base import Ref, S, values_of
+from edge_agent.contract.status_model import ModelStatus
+from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
+
+# `str`: the health monitor keeps the modes' values
+Degraded = list[Annotated[str, Ref("DegradationMode"), values_of(DegradationMode)]]
+
+
+class StopInfo(TypedDict):
+    """The latched stop."""
+
+    kind: Annotated[StopKind, Ref("StopKind")]
+    cause: Annotated[StopCause | None, "The first cause (for an e-stop, the first e-stop cause).",
+                     Ref("StopCause")]
+    causes: NotRequired[list[Annotated[StopCause, Ref("StopCause")]]]
+    hardware_input: NotRequired[Annotated[bool, "the hardware e-stop input is active now"]]
+
+
+class TaskRef(TypedDict):
+    """The running or saved task, when there is one."""
+
+    task_id: Annotated[str, Ref("TaskId")]
+
+
+class StateFields(TypedDict):
+    """The executor's mode and state, the task, the latched stop, the link and the policy in use."""
+
+    mode: Annotated[Mode, Ref("Mode")]
+    state: Annotated[str, "the executor state", Ref("ExecutorState"), values_of(State)]
+    task: NotRequired[Annotated[dict[str, Any] | None, "The running or saved task, when there "
+                                "is one (its task_id first)."]]
+    degraded: Degraded
+    stop: NotRequired[StopInfo]
+    homed: bool
+    link_up: NotRequired[bool]
+    policy: NotRequired[Annotated[str, "The policy backend that made the last decision (triton, "
+                                  "local, cached) or `rule` (the rule-based expert: no model "
+                                  "configured, or every model backend down)."]]
+
+
+class StatePayload(StateFields):
+    """The retained `state` message."""
+
+    v: Annotated[Literal[1], Ref("ProtocolVersion")]
+
+
+class LinkStatus(TypedDict):
+    """The firmware link as the daemon sees it."""
+
+    link_up: bool
+    frames: NotRequired[int]
+    guardian: NotRequired[Annotated[dict[str, Any] | None, "the link guardian's last G_STATE: "
+                                    "latched, estop_input, deadman_hold, cause, flags"]]
+    firmware: NotRequired[Annotated[dict[str, Any] | None, "the firmware's HELLO: protocol, "
+                                    "accepted, version, joints"]]
+    watch: NotRequired[Annotated[dict[str, Any], "The daemon's deadman on the guardian's stream "
+                                 "(STATUS relay, G_STATE heartbeat every half deadman): "
+                                 "`guardian_silent` now, `trips` (latched `deadman` stops it "
+                                 "caused), `moved_at` (monotonic s of the last moving command), "
+                                 "`deadman_ms`."]]
+
+
+class LoopFigures(TypedDict):
+    """The control loop's figures since it started (TelemetryPayload.loop)."""
+
+    ticks: Annotated[int, S(minimum=0)]
+    overruns: Annotated[int, S(minimum=0)]
+    missed_periods: Annotated[int, S(minimum=0)]
+    max_late_ms: float
+    max_tick_ms: float
+    tick_errors: Annotated[int, S(minimum=0)]
+    late_p50_ms: Annotated[float | None, "tick start after its deadline since the loop started, "
+                           "50 µs bins"]
+    late_p99_ms: float | None
+    tick_p50_ms: Annotated[float | None, "tick duration since the loop started, 50 µs bins"]
+    tick_p99_ms: float | None
+
+
+class LoopStatus(LoopFigures, total=False):
+    """The control loop's figures (those of TelemetryPayload.loop) and how it runs."""
+
+    rate_hz: Annotated[float, "the loop's rate (control.rate_hz)"]
+    scheduling: Annotated[str, S(examples=["SCHED_FIFO 20",
+                                           "SCHED_OTHER (SCHED_FIFO 20 refused)"])]
+    reader_scheduling: Annotated[str | None, "the link reader thread's"]
+    output_at_deadline: bool
+    sent_at_once: int
+
+
+class LoopReport(LoopStatus, total=False):
+    """The control loop's figures (those of TelemetryPayload.loop) and how it runs."""
+
+    gc: Annotated[dict[str, Any], "the garbage collector's figures (collections, pauses)"]
+
+
+class ProbeStatus(TypedDict):
+    """One health probe's last run and schedule."""
+
+    level: Annotated[str | None, "null: not run yet",
+                     S(enum=["ok", "warn", "error", "stale", None])]
+    message: str
+    figures: dict[str, Any]
+    mode: NotRequired[str | None]
+    subject: NotRequired[str]
+    strikes: Annotated[int, S(minimum=0)]
+    good_runs: NotRequired[int]
+    holding: NotRequired[bool]
+    period_s: NotRequired[float]
+    runs: NotRequired[int]
+    stale_runs: NotRequired[int]
+    fast_fails: NotRequired[int]
+    took_ms: NotRequired[float | None]
+    last_run_s_ago: NotRequired[float | None]
+    next_run_in_s: float | None
+    next_run_wall: NotRequired[float | None]
+
+
+class HealthStatus(TypedDict, total=False):
+    """The health monitor (docs/HEALTH.md; null before READY): `degraded` and `active` (mode +
+    subject) now, `fail_after`, `recover_after`, `period_s`, `budget_s`, `cpu_s` (the monitor's
+    threads' CPU time so far), and `probes`: per probe its `level` (ok, warn, error, stale),
+    `message`, `figures`, `mode` (null: levels only), `subject`, `strikes` (consecutive failed
+    runs), `good_runs`, `holding`, `period_s`, `runs`, `stale_runs`, `fast_fails` (failures
+    counted from events), `took_ms`, `last_run_s_ago`, `next_run_in_s` and `next_run_wall`
+    (null while a check is past its budget)."""
+
+    degraded: Degraded
+    active: list[dict[str, Any]]
+    fail_after: int
+    recover_after: int
+    period_s: float
+    budget_s: float
+    running: bool
+    cpu_s: float
+    probes: dict[str, ProbeStatus]
+
+
+class ThreadStatus(TypedDict):
+    """One supervised thread or part."""
+
+    name: str
+    kind: Annotated[str, S(enum=["thread", "part"])]
+    alive: bool | None
+    started_at: float | None
+    stopped_at: float | None
+    last_error: str | None
+
+
+class MqttStatus(TypedDict):
+    """The MQTT bridge: `connected`, and why not in `error` (a TLS file that cannot be loaded, with
+    its config key; a certificate the client rejected, with OpenSSL's reason; a refused login).
+    The daemon retries with backoff for as long as it runs."""
+
+    connected: bool
+    bridge: Annotated[bool, "false while the bridge could not be built (see error)"]
+    error: str | None
+    attempts: NotRequired[Annotated[int, "bridge build attempts (while bridge is false)",
+                                    S(minimum=0)]]
+    connections: NotRequired[Annotated[int, "successful connections since start (while "
+                                       "bridge is true)", S(minimum=0)]]
+
+
+class StatusResult(StateFields):
+    """The `status` command's result (the `state` fields plus diagnostics)."""
+
+    device: str
+    version: str
+    boot_id: Annotated[str, Ref("BootId")]
+    uptime_s: Annotated[float, S(minimum=0)]
+    startup_ms: NotRequired[Annotated[float | None, "exec → READY"]]
+    link_up_ms: NotRequired[Annotated[float | None, "exec → the guardian's first link-up (null "
+                                      "until then, or when none came within "
+                                      "link.hello_timeout_s)"]]
+    config_hash: str
+    sim: bool
+    executor: NotRequired[Annotated[Mapping[str, Any], "the executor's counters and task "
+                                    "(edge_agent/executor/records.py ExecutorStatus)"]]
+    journal: NotRequired[Annotated[dict[str, Any] | None, "the decision journal's figures"]]
+    inference: NotRequired[Annotated[dict[str, Any] | None, "the policy router's backends and "
+                                     "counters (null without a model)"]]
+    model: NotRequired[ModelStatus]
+    link: LinkStatus
+    reports: NotRequired[dict[str, Any]]
+    loop: NotRequired[LoopReport | None]
+    background: NotRequired[dict[str, Any]]
+    threads: NotRequired[Annotated[list[ThreadStatus], "The daemon's threads and moving parts "
+                                   "(edge_agent/daemon/supervisor.py), in stop order: `kind` "
+                                   "`thread` (run by the supervisor: start-up work, calibration, "
+                                   "the MQTT bridge's builder, the signal router) or `part` (owns "
+                                   "its threads: control loop, link guardian, store writer, "
+                                   "report outbox, comms); `alive` (null: the part does not "
+                                   "say), `started_at`/`stopped_at` (monotonic s), "
+                                   "`last_error`."]]
+    mqtt_connected: NotRequired[Annotated[bool, "connected to the broker with the command "
+                                          "subscription granted (a command published now is "
+                                          "received)"]]
+    mqtt: NotRequired[MqttStatus]
+    health: NotRequired[HealthStatus | None]

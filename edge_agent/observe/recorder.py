@@ -1,0 +1,346 @@
+"""The flight recorder: the tap's last seconds in memory; report triggers and on-demand captures
+written to indexed MCAP files (lz4 chunks) in `<state_dir>/recordings/`.
+
+One thread (`flight-recorder`) does all of it: it drains its tap subscription every
+`period_s` into a ring bounded in seconds (`pre_s`) and bytes (`ring_bytes`, estimated from each
+topic's encoded size). Nothing is encoded while no capture is open: JSON (channels.encode) is
+made only for a file, at most WRITE_BATCH messages a period, so the recorder takes the GIL
+from the control thread in short slices. `trigger(...)` (any thread: the report outbox) and
+`start_capture`/`stop_capture` (the command API) only enqueue a request and return the path the
+file will have. The thread opens the file, writes the ring's messages from `pre_s` before the
+trigger, then every new message until `post_s` after it (or the stop, bounded by `max_capture_s`),
+and finishes it (summary, indexes). Files written so far are capped (`max_files`, `max_bytes`):
+the oldest finished ones go. An open file is flushed every period: a process killed mid-file
+leaves complete chunks that `mcap.stream_reader.StreamReader` reads up to the tear.
+
+`mcap` is imported when the recorder starts (after READY), never before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import queue
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from edge_agent.log import get_logger
+from edge_agent.observe import channels as ch
+from edge_agent.observe.tap import TAP, Item, Tap
+
+_log = get_logger(__name__)
+_NS = 1_000_000_000
+MAX_OPEN = 4  # report captures open at once; a further report joins the newest (`merged`)
+WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms: > 1 kHz)
+_EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderSettings:
+    pre_s: float = 10.0
+    post_s: float = 5.0
+    ring_bytes: int = 64 << 20
+    max_files: int = 50
+    max_bytes: int = 1 << 30
+    max_capture_s: float = 600.0
+    chunk_bytes: int = 256 << 10
+    period_s: float = 0.05
+
+
+@dataclass
+class _Capture:
+    path: Path
+    start_ns: int
+    end_ns: int | None  # None: on demand, until stopped (or max_capture_s)
+    limit_ns: int
+    mark: dict[str, Any]
+    trigger_ns: int
+    file: IO[bytes] | None = None
+    writer: Any = None
+    ids: dict[str, int] = field(default_factory=dict)
+    messages: int = 0
+    pending: deque[Item] = field(default_factory=deque)  # to encode and write, in order
+
+
+class Recorder:
+    """See the module doc. `start()` after READY; `stop()` finishes open files."""
+
+    def __init__(self, directory: Path, settings: RecorderSettings, *, tap: Tap = TAP) -> None:
+        self.dir = directory
+        self.s = settings
+        self._tap = tap
+        self._sub: Any = None
+        self._ring: deque[tuple[Item, int]] = deque()  # (tap item, its estimated bytes)
+        self._est: dict[str, int] = {}  # topic -> encoded bytes per message (running mean)
+        self._ring_bytes = 0
+        self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._open: list[_Capture] = []
+        self._on_demand: _Capture | None = None
+        self._demand_path: Path | None = None  # the caller's side of _on_demand
+        self._triggered: dict[Path, int] = {}  # report captures not finished: path -> end (ns)
+        self.merged = 0  # triggers that joined an open file (MAX_OPEN open already)
+        self._names = itertools.count(1)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # status() against the thread
+        self.written = 0  # files finished
+        self.refused = 0  # on-demand starts refused (the recorder thread saw one running)
+        self.rotated = 0  # files removed by the caps
+        self.encode_errors = 0
+        self.cpu_s = 0.0  # the recorder thread's CPU time
+        self.last_path: str | None = None
+
+    # -- any thread ---------------------------------------------------------------------------
+    def start(self) -> None:
+        import mcap.writer  # noqa: F401  - after READY: fail here, not on the first trigger
+
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._sub = self._tap.subscribe("recorder", maxlen=200_000)
+        self._thread = threading.Thread(target=self._run, name="flight-recorder", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        if self._sub is not None:
+            self._tap.unsubscribe(self._sub)
+            self._sub = None
+
+    def trigger(self, reason: str, t_wall: float | None = None, *, report_id: str | None = None,
+                kind: str | None = None) -> Path:
+        """A capture from `pre_s` before `t_wall` (now if None) to `post_s` after it; the
+        path the finished file will have."""
+        t_ns = int((time.time() if t_wall is None else t_wall) * _NS)
+        end = t_ns + int(self.s.post_s * _NS)
+        mark = {"reason": reason, "report_id": report_id, "kind": kind, "trigger": ch.stamp(t_ns)}
+        with self._lock:
+            if len(self._triggered) >= MAX_OPEN:  # a storm: the newest open file grows
+                path = max(self._triggered, key=self._triggered.__getitem__)
+                self._triggered[path] = max(self._triggered[path], end)
+                self.merged += 1
+                self._requests.put(("mark", (path, t_ns, mark)))
+                return path
+            path = self._path(reason, t_ns)
+            self._triggered[path] = end
+        self._requests.put(("open", _Capture(
+            path, t_ns - int(self.s.pre_s * _NS), end, t_ns + int(self.s.max_capture_s * _NS),
+            mark, t_ns)))
+        return path
+
+    def start_capture(self, name: str = "manual") -> Path | None:
+        """An on-demand capture from `pre_s` ago until `stop_capture` (or max_capture_s);
+        None while one is already recording (its path: `recording()`)."""
+        t_ns = time.time_ns()
+        with self._lock:
+            if self._demand_path is not None:
+                return None
+            path = self._demand_path = self._path(name, t_ns)
+        mark = {"reason": "record.start", "report_id": None, "kind": name,
+                "trigger": ch.stamp(t_ns)}
+        self._requests.put(("start", _Capture(
+            path, t_ns - int(self.s.pre_s * _NS), None,
+            t_ns + int(self.s.max_capture_s * _NS), mark, t_ns)))
+        return path
+
+    def stop_capture(self) -> Path | None:
+        """The on-demand capture ends now (finished within a period); its path, None if none."""
+        with self._lock:
+            path, self._demand_path = self._demand_path, None
+        if path is not None:
+            self._requests.put(("stop", time.time_ns()))
+        return path
+
+    def recording(self) -> Path | None:
+        """The on-demand capture's path while one runs."""
+        return self._demand_path
+
+    def status(self) -> dict[str, Any]:
+        sub = self._sub
+        with self._lock:
+            return {"dir": str(self.dir), "open": [str(c.path) for c in self._open],
+                    "recording": str(self._demand_path) if self._demand_path else None,
+                    "written": self.written,
+                    "refused": self.refused, "merged": self.merged,
+                    "rotated": self.rotated,
+                    "ring_messages": len(self._ring), "ring_bytes": self._ring_bytes,
+                    "dropped": sub.dropped if sub is not None else 0,
+                    "encode_errors": self.encode_errors, "cpu_s": round(self.cpu_s, 3),
+                    "last_path": self.last_path}
+
+    def _path(self, reason: str, t_ns: int) -> Path:
+        when = time.strftime("%Y%m%dT%H%M%S", time.gmtime(t_ns / _NS))
+        return self.dir / f"{when}Z-{_SAFE.sub('_', reason)[:40]}-{next(self._names):04d}.mcap"
+
+    # -- the recorder thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        t0 = time.thread_time()
+        while True:
+            stopping = self._stop.wait(self.s.period_s)
+            try:
+                self._cycle(final=stopping)
+            except Exception:  # one bad cycle must not end the recorder
+                _log.exception("recorder_cycle_failed")
+            self.cpu_s = time.thread_time() - t0
+            if stopping:
+                break
+
+    def _cycle(self, *, final: bool = False) -> None:
+        fresh = self._take()
+        while True:
+            try:
+                what, arg = self._requests.get_nowait()
+            except queue.Empty:
+                break
+            self._request(what, arg)
+        now = time.time_ns()
+        for c in list(self._open):
+            c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
+            end = self._end_of(c)
+            done = final or now >= end
+            # encoding is the recorder's only real work: at most WRITE_BATCH messages a cycle
+            # (a trigger's pre_s backlog goes out over a few cycles, not in one GIL-long burst)
+            self._drain(c, end, None if done else WRITE_BATCH)
+            if done and (final or not c.pending or c.pending[0][1] > end):
+                with self._lock:
+                    if not final and self._triggered.get(c.path, end) > end:
+                        continue  # a later report joined it meanwhile
+                    self._triggered.pop(c.path, None)
+                self._finish(c)
+            elif c.file is not None:
+                c.file.flush()
+
+    def _end_of(self, c: _Capture) -> int:
+        if c.end_ns is None:  # on demand, not stopped yet
+            return c.limit_ns
+        with self._lock:
+            return min(self._triggered.get(c.path, c.end_ns), c.limit_ns)
+
+    def _take(self) -> list[Item]:
+        """The tap's new items into the ring, unencoded (encoding waits for a capture that
+        needs them): a steady state with no capture open is an append and a trim per item.
+        Bytes are estimated from each topic's encoded size so far."""
+        sub = self._sub
+        if sub is None:
+            return []
+        fresh: list[Item] = sub.drain(1 << 20)
+        ring, est, s = self._ring, self._est, self.s
+        for item in fresh:
+            n = est.get(item[0], _EST_DEFAULT)
+            ring.append((item, n))
+            self._ring_bytes += n
+        if ring:
+            oldest = ring[-1][0][1] - int(s.pre_s * _NS)
+            while ring and (ring[0][0][1] < oldest or self._ring_bytes > s.ring_bytes):
+                self._ring_bytes -= ring.popleft()[1]
+        return fresh
+
+    def _drain(self, c: _Capture, end: int, budget: int | None) -> None:
+        pending = c.pending
+        n = 0
+        while pending and (budget is None or n < budget):
+            if pending[0][1] > end:
+                break  # after the capture's end (for now: a later report may extend it)
+            topic, t, payload = pending.popleft()
+            try:
+                data = ch.encode(topic, payload, t)
+            except Exception:
+                self.encode_errors += 1
+                continue
+            self._est[topic] = (self._est.get(topic, len(data)) * 15 + len(data)) // 16
+            self._write(c, t, topic, data)
+            n += 1
+
+    def _request(self, what: str, arg: Any) -> None:
+        if what == "stop":
+            c = self._on_demand
+            if c is not None:
+                c.end_ns = arg
+                self._on_demand = None
+            return
+        if what == "mark":  # a further report in a file already open: its mark
+            path, t_ns, mark = arg
+            for c in self._open:
+                if c.path == path:
+                    c.pending.appendleft((ch.RECORDER, t_ns, mark))
+            return
+        cap: _Capture = arg
+        if what == "start" and self._on_demand is not None:
+            with self._lock:
+                self.refused += 1
+                if what == "start" and self._demand_path == cap.path:
+                    self._demand_path = None
+            _log.warning("recording_refused", path=str(cap.path), open=len(self._open))
+            return
+        self._begin(cap)
+        if what == "start":
+            self._on_demand = cap
+
+    def _begin(self, c: _Capture) -> None:
+        from mcap.writer import CompressionType, Writer
+
+        c.file = open(c.path, "wb")  # noqa: SIM115 - closed in _finish
+        w = Writer(c.file, chunk_size=self.s.chunk_bytes, compression=CompressionType.LZ4)
+        w.start(profile="", library="edge-agent")
+        schemas: dict[str, int] = {}
+        for topic, chan in ch.CHANNELS.items():
+            sid = schemas.get(chan.schema_name)
+            if sid is None:
+                sid = schemas[chan.schema_name] = w.register_schema(
+                    chan.schema_name, chan.schema_encoding, chan.schema_bytes())
+            c.ids[topic] = w.register_channel(topic, chan.message_encoding, sid)
+        c.writer = w
+        w.add_metadata("edge_agent.capture", {k: str(v) for k, v in c.mark.items()})
+        with self._lock:
+            self._open.append(c)
+        self._write(c, c.trigger_ns, ch.RECORDER, ch.encode(ch.RECORDER, c.mark, c.trigger_ns))
+        c.pending.extend(item for item, _ in self._ring if item[1] >= c.start_ns)
+        _log.info("recording_started", path=str(c.path), reason=c.mark["reason"])
+
+    def _write(self, c: _Capture, t: int, topic: str, data: bytes) -> None:
+        c.writer.add_message(c.ids[topic], log_time=t, data=data, publish_time=t,
+                             sequence=c.messages)
+        c.messages += 1
+
+    def _finish(self, c: _Capture) -> None:
+        try:
+            c.writer.finish()
+        finally:
+            if c.file is not None:
+                c.file.close()
+            with self._lock:
+                self._open.remove(c)
+                self.written += 1
+                self.last_path = str(c.path)
+            if self._on_demand is c:
+                self._on_demand = None
+                if self._demand_path == c.path:  # ended by max_capture_s, not by a stop
+                    self._demand_path = None
+        _log.info("recording_written", path=str(c.path), messages=c.messages)
+        self._rotate()
+
+    def _rotate(self) -> None:
+        open_ = {c.path for c in self._open}
+        files = []
+        for p in self.dir.glob("*.mcap"):
+            if p in open_:
+                continue
+            with contextlib.suppress(OSError):
+                st = p.stat()
+                files.append((st.st_mtime, p.name, p, st.st_size))
+        files.sort()
+        total = sum(f[3] for f in files)
+        while files and (len(files) > self.s.max_files or total > self.s.max_bytes):
+            _, _, p, size = files.pop(0)
+            with contextlib.suppress(OSError):
+                p.unlink()
+                total -= size
+                with self._lock:
+                    self.rotated += 1

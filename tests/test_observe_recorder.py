@@ -1,0 +1,223 @@
+"""The tap and the flight recorder on their own: drop-oldest counting, the ring's bounds, the
+files' caps and rotation, every channel's encoder against its own schema."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+from mcap_check import read_checked
+from mosquitto import wait_until
+
+from edge_agent.link.messages import (
+    Command,
+    Mode,
+    Status,
+    StatusFlag,
+    Stop,
+    StopCategory,
+    StopReason,
+)
+from edge_agent.observe import channels as ch
+from edge_agent.observe.recorder import Recorder, RecorderSettings
+from edge_agent.observe.tap import Tap
+
+STATUS = Status(12345, StatusFlag(0), 7, (0.1, -0.2, 0.3), (0.0,) * 3, (1.5, float("nan"), 0.0),
+                float("inf"), 0.2, 3.0)
+
+
+def test_a_full_queue_drops_the_oldest_and_counts_it() -> None:
+    tap = Tap()
+    tap.publish(ch.EVENTS, {"type": "x"})  # nobody listens: nothing kept anywhere
+    sub = tap.subscribe("t", maxlen=3)
+    only = tap.subscribe("logs", maxlen=10, topics=frozenset({ch.LOG}))
+    for i in range(5):
+        tap.publish(ch.EVENTS, {"type": "x", "i": i}, t_ns=i)
+    assert [p["i"] for _, _, p in sub.drain()] == [2, 3, 4]
+    assert sub.dropped == 2 and sub.received == 3
+    assert only.drain() == []
+    tap.unsubscribe(sub)
+    tap.publish(ch.EVENTS, {"type": "x"})
+    assert sub.drain() == []
+    with pytest.raises(ValueError, match="maxlen"):
+        tap.subscribe("bad", maxlen=0)
+
+
+@pytest.mark.parametrize(("topic", "payload"), [
+    (ch.LINK_STATUS, STATUS),
+    (ch.LINK_TX, Command(Mode.HOLD, (0.0, 1.0))),
+    (ch.LINK_TX, Stop(StopCategory.CAT0, StopReason.ESTOP_INPUT)),
+    (ch.EVENTS, {"type": "estop_input", "pressed": True, "ts": 1.0, "mono": 2.0,
+                 "boot_id": "b"}),
+    (ch.EXECUTOR, {"type": "task_started", "task_id": "t-1", "task": "pick_place",
+                   "object": [0.1, 0.2, 0.0], "place": [0.3, 0.1, 0.0], "t": 5.0}),
+    (ch.DECISIONS, ({"mono": 1.0, "state": "grasp", "observation": [0.1], "action": "close",
+                     "backend": "local", "latency_ms": 0.4, "outcome": "ok",
+                     "attempts": [["local", "ok"]]}, False)),
+    (ch.COMMANDS, {"command": "status", "id": "c1", "source": "socket", "reply": {"ok": True}}),
+    (ch.HEALTH, {"kind": "mode", "name": "cpu_inference", "entered": True}),
+    (ch.RECORDER, {"reason": "estop", "report_id": "r", "kind": "estop",
+                   "trigger": ch.stamp(5)}),
+    (ch.LOG, {"event": "ready", "level": "warning", "logger": "edge_agent.x", "n": 1}),
+])
+def test_every_channel_encodes_to_its_own_schema(topic: str, payload: object) -> None:
+    obj = json.loads(ch.encode(topic, payload, 1_700_000_000_123_456_789))
+    schema = ch.channel(topic).schema
+    jsonschema.validators.validator_for(schema).check_schema(schema)
+    jsonschema.validate(obj, schema)
+    assert obj["timestamp"] == {"sec": 1_700_000_000, "nsec": 123_456_789}
+
+
+def test_the_event_channels_use_the_typed_contract() -> None:
+    """/events and /executor: edge_agent/contract's schema (one rule per event type)."""
+    for topic, extra in ((ch.EVENTS, {"ts": 1.0, "mono": 2.0, "boot_id": "b"}),
+                         (ch.EXECUTOR, {})):
+        schema = ch.channel(topic).schema
+        ok = ch.to_obj(topic, {"type": "estop_input", "pressed": True, **extra}, 0)
+        jsonschema.validate(ok, schema)
+        for bad in ({"type": "estop_input", **extra}, {"type": "no_such_event", **extra}):
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(ch.to_obj(topic, bad, 0), schema)
+
+
+def test_the_log_channel_is_foxglove_log() -> None:
+    c = ch.channel(ch.LOG)
+    assert c.schema_name == "foxglove.Log"
+    obj = ch.to_obj(ch.LOG, {"event": "boom", "level": "error", "logger": "a.b"}, 0)
+    assert obj["level"] == 4 and obj["name"] == "a.b" and obj["message"] == "boom"
+    assert set(c.schema["required"]) == {"timestamp", "level", "message", "name", "file", "line"}
+
+
+def _feed(tap: Tap, seconds: float, hz: float = 500.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        tap.publish(ch.LINK_STATUS, STATUS)
+        time.sleep(1.0 / hz)
+
+
+def test_report_triggers_write_finished_files_capped_and_rotated(tmp_path: Path) -> None:
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=0.5, post_s=0.2, max_files=2,
+                                              ring_bytes=1 << 20), tap=tap)
+    rec.start()
+    try:
+        _feed(tap, 0.8)
+        paths = []
+        for i in range(3):
+            paths.append(rec.trigger("estop", report_id=f"r{i}", kind="estop"))
+            _feed(tap, 0.4)
+        wait_until(lambda: rec.status()["written"] == 3, 30, "three files")
+    finally:
+        rec.stop()
+    assert not paths[0].exists()  # rotated: max_files=2
+    assert [p.exists() for p in paths[1:]] == [True, True]
+    assert rec.status()["rotated"] == 1
+    got = read_checked(paths[2])
+    assert got["counts"]["/link/status"] > 100 and got["marks"][0]["report_id"] == "r2"
+
+
+def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=60.0, ring_bytes=1 << 20), tap=tap)
+    rec.start()
+    try:
+        for _ in range(8000):  # ~400 bytes each: ~3 MiB offered
+            tap.publish(ch.LINK_STATUS, STATUS)
+        wait_until(lambda: rec.status()["ring_messages"] > 0 and not tap.stats()["recorder"][
+            "queued"], 30, "drained")
+    finally:
+        rec.stop()
+    st = rec.status()  # the thread is done: a settled figure
+    assert 0 < st["ring_bytes"] <= 1 << 20
+    assert st["ring_messages"] < 8000
+
+
+def test_the_byte_cap_rotates_too(tmp_path: Path) -> None:
+    (tmp_path / "20000101T000000Z-old-0001.mcap").write_bytes(b"x" * 600_000)
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=0.2, post_s=0.1, max_bytes=500_000),
+                   tap=tap)
+    rec.start()
+    try:
+        _feed(tap, 0.3)
+        new = rec.trigger("manual")
+        wait_until(lambda: rec.status()["written"] == 1, 30, "written")
+    finally:
+        rec.stop()
+    assert new.exists() and not (tmp_path / "20000101T000000Z-old-0001.mcap").exists()
+
+
+def test_the_daemon_imports_no_mcap_before_the_recorder_starts(tmp_path: Path) -> None:
+    """Building the daemon (everything before READY) and the tap seams import neither mcap nor
+    lz4; `Recorder.start` (after READY) does."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, json\n"
+        "from pathlib import Path\n"
+        "from edge_agent.config import load_config\n"
+        "from edge_agent.daemon.app import Daemon\n"
+        "from edge_agent.observe.recorder import Recorder, RecorderSettings\n"
+        f"cfg = load_config('configs/sim.toml', [{f'state_dir={tmp_path}'!r}], sim=True)\n"
+        "d = Daemon(cfg, sim=True)\n"
+        "before = [m for m in ('mcap', 'lz4') if m in sys.modules]\n"
+        f"r = Recorder(Path({str(tmp_path / 'rec')!r}), RecorderSettings())\n"
+        "r.start(); r.stop()\n"
+        "print(json.dumps([before, 'mcap' in sys.modules]))\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True,
+                         timeout=120, check=True)
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == [] and after
+
+
+def test_every_report_kind_through_the_outbox_names_a_finished_recording(
+        tmp_path: Path) -> None:
+    """The outbox's link hook (daemon/recording.py) is applied to every report whatever its
+    kind: each persisted report names its file, which is finished and readable."""
+    import dataclasses
+
+    from test_reports import _stop_report
+
+    from edge_agent.commands.api import CommandAPI
+    from edge_agent.config import load_config
+    from edge_agent.daemon.recording import DaemonRecording
+    from edge_agent.reports.outbox import Outbox
+    from edge_agent.reports.record import ReportKind
+    from edge_agent.reports.sinks import DiskSink
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = load_config(repo / "configs" / "sim.toml", [
+        f"state_dir={tmp_path}", "observe.record_pre_s=0.3", "observe.record_post_s=3"],
+        sim=True)
+    api = CommandAPI(lambda: "idle")
+    rec = DaemonRecording(cfg, api)
+    assert rec.recorder is not None
+    rec.recorder = Recorder(rec.recorder.dir, rec.recorder.s, tap=Tap())  # a private tap
+    ob = Outbox(tmp_path / "outbox", [DiskSink(tmp_path / "reports", 50)], plot=False)
+    ob.link = rec.link
+    rec.start()
+    ob.start()
+    base = _stop_report()
+    try:
+        for i, kind in enumerate(ReportKind):
+            r = dataclasses.replace(base, id=f"{base.id[:-2]}{i:02d}", kind=kind)
+            ob.submit(lambda r=r: r)
+        wait_until(lambda: len(list((tmp_path / "reports").glob("*.json"))) == len(ReportKind),
+                   30, "every kind on disk")
+        r0 = rec.recorder
+        wait_until(lambda: r0.status()["written"] + r0.status()["merged"] == len(ReportKind)
+                   and not r0.status()["open"], 30, "every recording finished")
+    finally:
+        ob.stop()
+        rec.stop()
+    for p in (tmp_path / "reports").glob("*.json"):
+        d = json.loads(p.read_text())
+        got = read_checked(Path(d["recording"]))
+        assert {"report_id": d["id"], "kind": d["kind"]}.items() <= next(
+            m for m in got["marks"] if m["report_id"] == d["id"]).items()
+    assert r0.status()["merged"] == len(ReportKind) - 4  # at once: 4 files, the rest joined
