@@ -47,6 +47,16 @@ def test_stand_alone_schemas_are_valid_json_schema_without_refs(name: str) -> No
     assert schema_for(name) is not schema_for(name)  # callers may change their copy
 
 
+def test_the_envelope_every_record_inherits_is_the_documented_one() -> None:
+    from edge_agent.contract.base import EventBase
+
+    assert EventBase.__annotations__.keys() == events.EventEnvelope.__annotations__.keys() - {
+        "type"}
+    assert not EventBase.__required_keys__  # set by the hub, never by a producer
+    for cls in event_records().values():
+        assert EventBase.__annotations__.keys() <= cls.__annotations__.keys(), cls
+
+
 def test_unknown_names_are_refused() -> None:
     for bad in ("event:nope", "nope", "Event"):
         with pytest.raises(KeyError):
