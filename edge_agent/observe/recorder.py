@@ -36,6 +36,9 @@ from edge_agent.observe.tap import TAP, Item, Tap
 _log = get_logger(__name__)
 _NS = 1_000_000_000
 MAX_OPEN = 4  # report captures open at once; a further report joins the newest (`merged`)
+# the ring holds this much more than pre_s: a report is built (and asks for its file) on the
+# outbox thread, a little after its time; its pre_s window must still be whole by then
+RING_MARGIN_S = 5.0
 WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms: > 1 kHz)
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -237,7 +240,7 @@ class Recorder:
             ring.append((item, n))
             self._ring_bytes += n
         if ring:
-            oldest = ring[-1][0][1] - int(s.pre_s * _NS)
+            oldest = ring[-1][0][1] - int((s.pre_s + RING_MARGIN_S) * _NS)
             while ring and (ring[0][0][1] < oldest or self._ring_bytes > s.ring_bytes):
                 self._ring_bytes -= ring.popleft()[1]
         return fresh
