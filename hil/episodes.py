@@ -28,7 +28,7 @@ import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -67,7 +67,7 @@ class ExecutorHost:
         self.opened = False
         self.tick_s: list[float] = []  # wall time per executor tick (includes preemption)
         self.tick_cpu_s: list[float] = []  # this thread's CPU time per tick
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Mapping[str, Any]] = []
         self.commands = 0
         self._deferred = DeferredCollection()
 
@@ -118,7 +118,7 @@ class EpisodeResult:
         return self.outcome == "success" and self.true_ok
 
 
-def _task_done(host: ExecutorHost, task_id: str) -> dict[str, Any] | None:
+def _task_done(host: ExecutorHost, task_id: str) -> Mapping[str, Any] | None:
     for e in host.events:
         if e["type"] == "task_done" and e["task_id"] == task_id:
             return e

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from edge_agent.store.decisions import DecisionJournal
 
 _log = get_logger(__name__)
+_EXTRA = "install the observe extra: pip install 'edge-agent[observe]'"
 
 
 class ObservedDaemon(Protocol):
@@ -97,18 +98,19 @@ class Observers:
                 srv = MetricsServer(DaemonMetricsSource(d, self), cfg.metrics_host,
                                     cfg.metrics_port)
                 self._keep(srv.stop)
-            except OSError as exc:
+            except (OSError, ImportError) as exc:  # ImportError: the `observe` extra is absent
                 _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,
-                           error=str(exc))
+                           error=str(exc), hint=_EXTRA if isinstance(exc, ImportError) else None)
         if cfg.foxglove_port is not None:
             try:
                 from edge_agent.liveview.server import LiveView
                 view = LiveView(cfg.foxglove_host, cfg.foxglove_port, cfg.foxglove_rate_hz)
                 self.live = view
                 self._keep(view.stop)
-            except (OSError, RuntimeError) as exc:  # foxglove-sdk: RuntimeError, bind failed
+            except (OSError, RuntimeError, ImportError) as exc:  # RuntimeError: bind failed
                 _log.error("liveview_not_started", host=cfg.foxglove_host,
-                           port=cfg.foxglove_port, error=str(exc))
+                           port=cfg.foxglove_port, error=str(exc),
+                           hint=_EXTRA if isinstance(exc, ImportError) else None)
 
     def stop(self) -> None:
         with self._lock:

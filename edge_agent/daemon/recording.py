@@ -54,9 +54,9 @@ class DaemonRecording:
             return
         try:
             self.recorder.start()
-        except ImportError as exc:  # the `observe` extra is not installed: run without
+        except ImportError as exc:  # mcap is missing (a --no-deps install): run without
             _log.warning("recorder_unavailable", why=str(exc),
-                         hint="pip install 'edge-agent[observe]'")
+                         hint="pip install 'mcap>=1.2' 'lz4>=4'")
             self.recorder = None
 
     def stop(self) -> None:
