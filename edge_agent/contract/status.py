@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
+from edge_agent.contract.status_parts import JournalStats
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -187,7 +188,8 @@ class StatusResult(StateFields):
     sim: bool
     executor: NotRequired[Annotated[Mapping[str, Any], "the executor's counters and task "
                                     "(edge_agent/executor/records.py ExecutorStatus)"]]
-    journal: NotRequired[Annotated[dict[str, Any] | None, "the decision journal's figures"]]
+    journal: NotRequired[Annotated[JournalStats | None, "the decision journal's figures (null "
+                                   "without a journal)"]]
     inference: NotRequired[Annotated[dict[str, Any] | None, "the policy router's backends and "
                                      "counters (null without a model)"]]
     model: NotRequired[ModelStatus]

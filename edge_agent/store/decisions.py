@@ -56,6 +56,7 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.contract.events import Event
+    from edge_agent.contract.status_parts import JournalStats
 
 log = get_logger(__name__)
 
@@ -326,7 +327,7 @@ class DecisionJournal:
         """Wait until every record queued so far is durable (or failed)."""
         return self._writer.flush(timeout)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JournalStats:
         w = self._writer.stats
         return {"enabled": self.enabled, "disabled": self.disabled, "submitted": self.submitted,
                 "written": w.records_written, "dropped": w.records_dropped,
