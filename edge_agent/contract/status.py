@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
-from edge_agent.contract.status_parts import JournalStats
+from edge_agent.contract.status_parts import JournalStats, ReportsStatus
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -194,7 +194,7 @@ class StatusResult(StateFields):
                                      "counters (null without a model)"]]
     model: NotRequired[ModelStatus]
     link: LinkStatus
-    reports: NotRequired[dict[str, Any]]
+    reports: NotRequired[ReportsStatus]
     loop: NotRequired[LoopReport | None]
     background: NotRequired[dict[str, Any]]
     threads: NotRequired[Annotated[list[ThreadStatus], "The daemon's threads and moving parts "

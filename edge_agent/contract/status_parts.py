@@ -4,7 +4,7 @@ inlined in docs/asyncapi.yaml's generated StatusResult).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
-from typing import Annotated, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 from edge_agent.contract.base import S
 
@@ -25,3 +25,28 @@ class JournalStats(TypedDict):
     shedding: Annotated[bool, "not journaling while the disk is short (storage_low)"]
     shed: Annotated[Count, "records not journaled while shedding"]
     segments: Annotated[Count, "the journal's segment files"]
+
+
+class DriftStatus(TypedDict):
+    """The periodic policy drift report (edge_agent/daemon/drift.py, journal.drift_period_s)."""
+
+    period_s: Annotated[float, "journal.drift_period_s"]
+    period_start: Annotated[float, "wall-clock s the current period started"]
+    next_report: Annotated[float, "wall-clock s the current period's report is due"]
+    filed: Annotated[Count, "drift reports filed since start"]
+
+
+class ReportsStatus(TypedDict):
+    """The repair report outbox (edge_agent/reports/outbox.py) and the drift report."""
+
+    pending: Annotated[Count, "reports not yet delivered to every sink"]
+    dropped: Annotated[Count, "reports the full queue dropped (kept across restarts)"]
+    built: Annotated[Count, "reports built since start"]
+    delivered: Annotated[dict[str, int], "per sink: reports delivered"]
+    failed_attempts: Annotated[dict[str, int], "per sink: failed delivery attempts"]
+    corrupt: Annotated[Count, "outbox entries that could not be read at start"]
+    unpersisted: Annotated[Count, "entry writes that failed (a full disk): kept in memory"]
+    shed_plots: Annotated[bool, "no new plots while the disk is short (storage_low)"]
+    last_error: Annotated[dict[str, str], "per sink: its last delivery error"]
+    sinks: Annotated[list[str], "the sinks' names"]
+    drift: NotRequired[DriftStatus]

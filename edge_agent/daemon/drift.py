@@ -37,6 +37,7 @@ from edge_agent.store.label_counts import count_in_subprocess
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.status_parts import DriftStatus
     from edge_agent.reports.record import Origin, Report
     from edge_agent.store.decisions import DecisionJournal
 
@@ -109,7 +110,7 @@ class DriftReports:
             with contextlib.suppress(OSError):
                 self.checkpoint()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> DriftStatus:
         return {"period_s": self.period_s, "period_start": round(self.start_wall, 3),
                 "next_report": round(self.start_wall + self.period_s, 3), "filed": self.filed}
 

@@ -35,6 +35,7 @@ from edge_agent.vocab import ESTOP_CAUSES, StopCause
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
+    from edge_agent.contract.status_parts import ReportsStatus
     from edge_agent.daemon.control import ControlPath
     from edge_agent.reports.record import Report
     from edge_agent.store.decisions import DecisionJournal
@@ -93,7 +94,7 @@ class DaemonReports:
             self.drift.stop()
         self.outbox.stop()
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReportsStatus:
         st = self.outbox.status()
         if self.drift is not None:
             st["drift"] = self.drift.status()

@@ -39,6 +39,7 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.contract.events import Event
+    from edge_agent.contract.status_parts import ReportsStatus
 
 _log = get_logger(__name__)
 STATE_NAME = "state.json"
@@ -172,7 +173,7 @@ class Outbox:
         self._wake.set()
         return True
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ReportsStatus:
         with self._lock:
             return {"pending": len(self._entries), "dropped": self.dropped,
                     "built": self.built, "delivered": dict(self.delivered),
