@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
-from edge_agent.contract.status_parts import JournalStats, ReportsStatus
+from edge_agent.contract.status_parts import InferenceStatus, JournalStats, ReportsStatus
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -190,7 +190,7 @@ class StatusResult(StateFields):
                                     "(edge_agent/executor/records.py ExecutorStatus)"]]
     journal: NotRequired[Annotated[JournalStats | None, "the decision journal's figures (null "
                                    "without a journal)"]]
-    inference: NotRequired[Annotated[dict[str, Any] | None, "the policy router's backends and "
+    inference: NotRequired[Annotated[InferenceStatus | None, "the policy router's backends and "
                                      "counters (null without a model)"]]
     model: NotRequired[ModelStatus]
     link: LinkStatus

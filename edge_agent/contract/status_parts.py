@@ -4,9 +4,10 @@ inlined in docs/asyncapi.yaml's generated StatusResult).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
-from typing import Annotated, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from edge_agent.contract.base import S
+from edge_agent.contract.status_model import ModelRef
 
 Count = Annotated[int, S(minimum=0)]
 
@@ -50,3 +51,26 @@ class ReportsStatus(TypedDict):
     last_error: Annotated[dict[str, str], "per sink: its last delivery error"]
     sinks: Annotated[list[str], "the sinks' names"]
     drift: NotRequired[DriftStatus]
+
+
+class RouterStatus(TypedDict):
+    """The policy router (edge_agent/inference/router.py): its backends and counters."""
+
+    backend_in_use: Annotated[str | None, "the backend that made the last decision"]
+    preferred_ready: Annotated[str | None, "the backend the next decision will try first (null: "
+                               "none is ready)"]
+    decisions: Annotated[Count, "decisions made"]
+    fallbacks: Annotated[Count, "backend attempts that failed over to the next one"]
+    no_decisions: Annotated[Count, "ticks where no backend decided"]
+    backends: Annotated[list[dict[str, Any]], "per backend, in preference order: `name`, "
+                        "`ready` and the backend's own figures (onnx: model, providers, "
+                        "on_gpu, load_ms, runs, failures; triton: url, model, requests, "
+                        "failures, deadline_misses, last_error; rule: kind, runs)"]
+
+
+class InferenceStatus(RouterStatus):
+    """The policy router's backends and counters, the model in use and its load time (null
+    without a model)."""
+
+    model: Annotated[ModelRef | None, "the cached model in use (null: none)"]
+    load_ms: Annotated[float | None, "load start → the first backend ready (null until then)"]

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
     from edge_agent.contract.status_model import ModelStatus
+    from edge_agent.contract.status_parts import InferenceStatus
     from edge_agent.executor.executor import Executor
     from edge_agent.inference.assembly import InferenceStack
     from edge_agent.inference.backend import InferenceEvent
@@ -115,7 +116,7 @@ class PolicyLoader:
                 return False
         return self.stack.wait_ready(max(0.0, deadline - time.monotonic()))
 
-    def status(self) -> dict[str, Any] | None:
+    def status(self) -> InferenceStatus | None:
         return self.stack.status() if self.stack is not None else None
 
     def unavailable(self) -> str | None:

@@ -50,7 +50,7 @@ class DaemonReports:
 
     def __init__(self, cfg: Config, *, boot_id: str, control: ControlPath,
                  decisions: DecisionJournal | None,
-                 model_status: Callable[[], dict[str, Any] | None],
+                 model_status: Callable[[], Mapping[str, Any] | None],
                  publish_event: Callable[[Event], None],
                  publish_report: Callable[[Mapping[str, Any]], Published | None]) -> None:
         self.control = control

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.backend import Backend, DecisionSink, EventBus, EventSink
@@ -33,6 +33,9 @@ from edge_agent.inference.rule_backend import RuleBackend
 from edge_agent.inference.triton_backend import TritonBackend
 from edge_agent.log import get_logger
 from edge_agent.policy_seam import OBS_DIM, OBS_FIELDS, Action
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import InferenceStatus
 
 log = get_logger(__name__)
 
@@ -219,7 +222,7 @@ class InferenceStack:
             out["latency_ms"] = latency_ms
         return out
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> InferenceStatus:
         cur = self.cache.current_for_status() if self.cache else None
         return {**self.router.status(),
                 "model": {"name": cur.card.name, "version": cur.card.version,

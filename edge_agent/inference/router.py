@@ -35,6 +35,9 @@ from edge_agent.log import get_logger
 from edge_agent.metrics.tally import DECISION_LATENCY
 from edge_agent.policy_seam import Action, Observation
 
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import RouterStatus
+
 log = get_logger(__name__)
 _N_ACTIONS = len(Action)
 _LABELS = {a: a.name.lower() for a in Action}
@@ -214,7 +217,7 @@ class PolicyRouter:
             except Exception:  # the journal failing must not stop decisions
                 log.exception("decision_sink_failed")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RouterStatus:
         return {"backend_in_use": self.backend_in_use, "preferred_ready": self.preferred_ready(),
                 "decisions": self.decisions, "fallbacks": self.fallbacks,
                 "no_decisions": self.no_decisions,
