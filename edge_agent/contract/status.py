@@ -12,7 +12,12 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
-from edge_agent.contract.status_parts import InferenceStatus, JournalStats, ReportsStatus
+from edge_agent.contract.status_parts import (
+    BackgroundStatus,
+    InferenceStatus,
+    JournalStats,
+    ReportsStatus,
+)
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -196,7 +201,7 @@ class StatusResult(StateFields):
     link: LinkStatus
     reports: NotRequired[ReportsStatus]
     loop: NotRequired[LoopReport | None]
-    background: NotRequired[dict[str, Any]]
+    background: NotRequired[BackgroundStatus]
     threads: NotRequired[Annotated[list[ThreadStatus], "The daemon's threads and moving parts "
                                    "(edge_agent/daemon/supervisor.py), in stop order: `kind` "
                                    "`thread` (run by the supervisor: start-up work, calibration, "

@@ -74,3 +74,39 @@ class InferenceStatus(RouterStatus):
 
     model: Annotated[ModelRef | None, "the cached model in use (null: none)"]
     load_ms: Annotated[float | None, "load start → the first backend ready (null until then)"]
+
+
+class InferenceStart(TypedDict):
+    """How the policy stack's start went (edge_agent/daemon/policy_loader.py)."""
+
+    ok: Annotated[bool, "a model backend is ready (true without a model configured)"]
+    ms: NotRequired[Annotated[float, "build and load time"]]
+    backend: NotRequired[Annotated[str | None, "the backend the first decision will try"]]
+    policy: NotRequired[Annotated[str, "without a model: the rule-based expert"]]
+    error: NotRequired[Annotated[str, "why the stack could not be built"]]
+
+
+class JournalOpen(TypedDict):
+    """How the decision journal's open (its tail's scan and repair) went."""
+
+    ok: bool
+    error: NotRequired[str]
+
+
+class EstimatorsStart(TypedDict):
+    """The sensor hub's estimators (built with the hub)."""
+
+    ok: bool
+    ms: float
+    since: str
+
+
+class BackgroundStatus(TypedDict, total=False):
+    """The start-up work done after READY (edge_agent/daemon/startup_work.py), each part once it
+    is over: `inference`, `journal`, `estimators`, `calibration`."""
+
+    inference: InferenceStart
+    journal: JournalOpen
+    estimators: EstimatorsStart
+    calibration: Annotated[dict[str, Any], "the rest calibration's summary (ok, ms; on success "
+                           "applied and the calibration's figures, else reason)"]

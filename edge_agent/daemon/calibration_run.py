@@ -15,7 +15,7 @@ came up).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.daemon.rest_calibration import CalibrationLimits, CalibrationResult, RestCalibrator
@@ -27,6 +27,7 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.contract.events import CalibrationReadyEvent, Event
+    from edge_agent.contract.status_parts import BackgroundStatus
     from edge_agent.daemon.linkmirror import LinkMirror
     from edge_agent.sensors.hub import SensorHub
 
@@ -91,7 +92,7 @@ def run_calibration(mirror: LinkMirror, send: Callable[[Message], None], hub: Se
 
 
 def calibrate(mirror: LinkMirror, send: Callable[[Message], None], hub: SensorHub,
-              robot: RobotDescription, *, results: MutableMapping[str, Any],
+              robot: RobotDescription, *, results: BackgroundStatus,
               publish: Callable[[Event], None],
               should_stop: Callable[[], bool],
               object_reference: Sequence[float] | None = None,

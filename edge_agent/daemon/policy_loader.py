@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
     from edge_agent.contract.status_model import ModelStatus
-    from edge_agent.contract.status_parts import InferenceStatus
+    from edge_agent.contract.status_parts import InferenceStart, InferenceStatus
     from edge_agent.executor.executor import Executor
     from edge_agent.inference.assembly import InferenceStack
     from edge_agent.inference.backend import InferenceEvent
@@ -51,13 +51,13 @@ class PolicyLoader:
         self.configured = cfg.inference.model is not None or cfg.inference.triton_url is not None
         self.stack: InferenceStack | None = None
         self.router_journals = False  # the router's records replace the executor's own
-        self.result: dict[str, Any] | None = None  # for status.background
+        self.result: InferenceStart | None = None  # for status.background
         self._settled = threading.Event()  # start() is over (built, failed or nothing to do)
         self.trial = ModelTrial(cfg, publish)  # the trial after model.update (model_trial.py)
         # model.shadow: a candidate beside the policy, fed every decision (daemon/shadow.py)
         self.shadow = ShadowControl(cfg, lambda: self.stack, self.unavailable, journal, publish)
 
-    def start(self) -> dict[str, Any]:
+    def start(self) -> InferenceStart:
         """Blocking: build, hand over, load. Background (or --eager) only; never raises."""
         try:
             self.result = self._start()
@@ -65,7 +65,7 @@ class PolicyLoader:
             self._settled.set()
         return self.result
 
-    def _start(self) -> dict[str, Any]:
+    def _start(self) -> InferenceStart:
         if not self.configured:
             return {"ok": True, "policy": "rule (no model configured)"}
         from edge_agent.inference.assembly import build_stack  # onnxruntime stays lazy

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
@@ -24,6 +24,7 @@ from edge_agent.vocab import EventType
 
 if TYPE_CHECKING:
     from edge_agent.contract.events import Event
+    from edge_agent.contract.status_parts import BackgroundStatus
 
 _log = get_logger(__name__)
 
@@ -46,7 +47,7 @@ class StartupWork:
         self._publish = publish
         self._stopping = stopping
         self._on_policy = on_policy  # the policy stack exists now (its health probes)
-        self.results: dict[str, Any] = {}
+        self.results: BackgroundStatus = {}
         self.loaded = threading.Event()  # load() is over (or the daemon is stopping)
 
     def load(self) -> None:
