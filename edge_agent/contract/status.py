@@ -7,13 +7,13 @@ generated from these (python -m edge_agent.contract.asyncapi --write).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
 from edge_agent.contract.status_parts import (
     BackgroundStatus,
+    ExecutorStatus,
     InferenceStatus,
     JournalStats,
     ReportsStatus,
@@ -191,8 +191,7 @@ class StatusResult(StateFields):
                                       "link.hello_timeout_s)"]]
     config_hash: str
     sim: bool
-    executor: NotRequired[Annotated[Mapping[str, Any], "the executor's counters and task "
-                                    "(edge_agent/executor/records.py ExecutorStatus)"]]
+    executor: NotRequired[ExecutorStatus]
     journal: NotRequired[Annotated[JournalStats | None, "the decision journal's figures (null "
                                    "without a journal)"]]
     inference: NotRequired[Annotated[InferenceStatus | None, "the policy router's backends and "

@@ -6,8 +6,9 @@ inlined in docs/asyncapi.yaml's generated StatusResult).
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
 from typing import Annotated, Any, NotRequired, TypedDict
 
-from edge_agent.contract.base import S
+from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelRef
+from edge_agent.vocab import Mode, State
 
 Count = Annotated[int, S(minimum=0)]
 
@@ -110,3 +111,17 @@ class BackgroundStatus(TypedDict, total=False):
     estimators: EstimatorsStart
     calibration: Annotated[dict[str, Any], "the rest calibration's summary (ok, ms; on success "
                            "applied and the calibration's figures, else reason)"]
+
+
+class ExecutorStatus(TypedDict):
+    """`Executor.status()`: the executor's mode, state, task, saved task, L3 count and counters
+    (edge_agent/executor/records.py Counters)."""
+
+    mode: Annotated[Mode, Ref("Mode")]
+    state: Annotated[str, "the executor state", Ref("ExecutorState"), values_of(State)]
+    task: Annotated[dict[str, Any] | None, "the running task (its task_id first), null when none"]
+    saved: Annotated[bool, "a task is saved (resume continues it)"]
+    l3_count: Annotated[Count, "L3 faults so far"]
+    counters: Annotated[dict[str, int], "ticks, decisions, advance_refused, inference_failures, "
+                        "policy_retries, regrasps, regrasp_refused, policy_aborts, "
+                        "attempts_failed, collisions, jog_lost, no_measurement, stale_decisions"]

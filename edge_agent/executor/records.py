@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypedDict
 
+from edge_agent.contract.status_parts import ExecutorStatus as ExecutorStatus
 from edge_agent.executor.faults import FaultRecord
 from edge_agent.executor.tasks import (
     Alternative,
@@ -22,7 +23,7 @@ from edge_agent.executor.tasks import (
     SubGoal,
     TaskSpec,
 )
-from edge_agent.vocab import ErrorCode, Mode
+from edge_agent.vocab import ErrorCode
 
 Vec3 = tuple[float, float, float]
 
@@ -161,17 +162,6 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
-
-
-class ExecutorStatus(TypedDict):
-    """`Executor.status()`: the executor's part of the daemon's `state` reply."""
-
-    mode: Mode
-    state: str
-    task: dict[str, Any] | None
-    saved: bool
-    l3_count: int
-    counters: dict[str, int]
 
 
 class ExecutorSnapshot(TypedDict):
