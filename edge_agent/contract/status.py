@@ -133,6 +133,14 @@ class ProbeStatus(TypedDict):
     next_run_wall: NotRequired[float | None]
 
 
+class ActiveMode(TypedDict):
+    """A degradation mode held now, and for what."""
+
+    mode: Annotated[str, Ref("DegradationMode"), values_of(DegradationMode)]
+    subject: Annotated[str, "what is degraded within the mode (a sensor channel for "
+                       "sensor_predicted, sensor_filtered; else empty)"]
+
+
 class HealthStatus(TypedDict, total=False):
     """The health monitor (docs/HEALTH.md; null before READY): `degraded` and `active` (mode +
     subject) now, `fail_after`, `recover_after`, `period_s`, `budget_s`, `cpu_s` (the monitor's
@@ -143,7 +151,7 @@ class HealthStatus(TypedDict, total=False):
     (null while a check is past its budget)."""
 
     degraded: Degraded
-    active: list[dict[str, Any]]
+    active: list[ActiveMode]
     fail_after: int
     recover_after: int
     period_s: float

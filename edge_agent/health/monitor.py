@@ -38,7 +38,7 @@ from edge_agent.observe.tap import TAP
 
 if TYPE_CHECKING:
     from edge_agent.contract.events import Event
-    from edge_agent.contract.status import HealthStatus, ProbeStatus
+    from edge_agent.contract.status import ActiveMode, HealthStatus, ProbeStatus
 
 _log = get_logger(__name__)
 
@@ -246,7 +246,8 @@ class HealthMonitor:
                     "next_run_in_s": None if nxt is None else round(nxt, 3),
                     "next_run_wall": None if nxt is None else round(wall + nxt, 3),
                 }
-            active = [{"mode": m.value, "subject": sub} for m, sub in self.rules.active()]
+            active: list[ActiveMode] = [{"mode": m.value, "subject": sub}
+                                        for m, sub in self.rules.active()]
             return {"degraded": self.rules.modes(), "active": active,
                     "fail_after": self.rules.fail_after,
                     "recover_after": self.rules.recover_after,
