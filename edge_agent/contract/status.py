@@ -18,6 +18,7 @@ from edge_agent.contract.status_parts import (
     JournalStats,
     ReportsStatus,
 )
+from edge_agent.link.messages import StopReason
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
 
 # `str`: the health monitor keeps the modes' values
@@ -62,15 +63,35 @@ class StatePayload(StateFields):
     v: Annotated[Literal[1], Ref("ProtocolVersion")]
 
 
+class GuardianState(TypedDict):
+    """The link guardian's last G_STATE (docs/PROTOCOL.md)."""
+
+    latched: Annotated[bool, "the guardian's stop is latched"]
+    estop_input: Annotated[bool, "the hardware e-stop input is active"]
+    deadman_hold: bool
+    cause: Annotated[str, "the guardian's stop reason (StopReason, lower case)",
+                     S(enum=[r.name.lower() for r in StopReason])]
+    flags: Annotated[int, S(minimum=0)]
+
+
+class FirmwareHello(TypedDict):
+    """The firmware's HELLO answer."""
+
+    protocol: Annotated[int, "the firmware's protocol version"]
+    accepted: Annotated[bool, "the firmware accepted the daemon's protocol version"]
+    version: Annotated[str, "the firmware's version string"]
+    joints: Annotated[int, S(minimum=0)]
+
+
 class LinkStatus(TypedDict):
     """The firmware link as the daemon sees it."""
 
     link_up: bool
     frames: NotRequired[int]
-    guardian: NotRequired[Annotated[dict[str, Any] | None, "the link guardian's last G_STATE: "
-                                    "latched, estop_input, deadman_hold, cause, flags"]]
-    firmware: NotRequired[Annotated[dict[str, Any] | None, "the firmware's HELLO: protocol, "
-                                    "accepted, version, joints"]]
+    guardian: NotRequired[Annotated[GuardianState | None, "the link guardian's last G_STATE "
+                                    "(null before the first)"]]
+    firmware: NotRequired[Annotated[FirmwareHello | None, "the firmware's HELLO (null before "
+                                    "it)"]]
     watch: NotRequired[Annotated[dict[str, Any], "The daemon's deadman on the guardian's stream "
                                  "(STATUS relay, G_STATE heartbeat every half deadman): "
                                  "`guardian_silent` now, `trips` (latched `deadman` stops it "
