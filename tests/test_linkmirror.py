@@ -63,3 +63,21 @@ def test_bench_runs() -> None:
                           "--repeat", "1"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert "estimators attached" in out and "% core" in out
+
+
+def test_the_deadman_summary_is_strict_json_before_any_moving_command() -> None:
+    """status.link.watch: `moved_at` is null until a moving command, then its time; never
+    -Infinity (Python's json writes it, strict parsers such as JavaScript's JSON.parse refuse
+    the whole status message)."""
+    import json
+
+    from edge_agent.daemon.deadman import GuardianWatch
+
+    latch = StopLatch()
+    mirror = LinkMirror(SensorHub(ROBOT), latch, lambda _e: None)
+    watch = GuardianWatch(mirror, latch, 0.05, lambda: True)
+    first = watch.summary()
+    assert first["moved_at"] is None
+    json.dumps(first, allow_nan=False)  # raises on a non-finite number
+    watch.commanded(True, 12.5)
+    assert watch.summary()["moved_at"] == 12.5

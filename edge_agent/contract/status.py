@@ -95,7 +95,8 @@ class LinkStatus(TypedDict):
     watch: NotRequired[Annotated[dict[str, Any], "The daemon's deadman on the guardian's stream "
                                  "(STATUS relay, G_STATE heartbeat every half deadman): "
                                  "`guardian_silent` now, `trips` (latched `deadman` stops it "
-                                 "caused), `moved_at` (monotonic s of the last moving command), "
+                                 "caused), `moved_at` (monotonic s of the last moving command; "
+                                 "null before the first), "
                                  "`deadman_ms`."]]
 
 

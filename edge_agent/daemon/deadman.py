@@ -69,5 +69,6 @@ class GuardianWatch:
 
     def summary(self) -> dict[str, object]:
         """For `status.link.watch`."""
-        return {"guardian_silent": self.silent, "moved_at": self.moved_at, "trips": self.trips,
+        moved = self.moved_at if math.isfinite(self.moved_at) else None  # JSON has no -inf
+        return {"guardian_silent": self.silent, "moved_at": moved, "trips": self.trips,
                 "deadman_ms": round(self.deadman_s * 1e3, 1)}
