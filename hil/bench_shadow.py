@@ -30,30 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from hil.bench_control_loop import period_errors
+from hil.bench_stats import fmt as _fmt
+from hil.bench_stats import ratio as _ratio
+from hil.bench_stats import stats as _stats
 from hil.daemon_proc import ROOT, Control, request, start_sim_daemon, stop_daemon, wait_for
 
 SHIPPED = ROOT / "models" / "pick-place-policy.onnx"
-
-
-def _stats(xs: list[float]) -> dict[str, float]:
-    s = sorted(xs)
-    if not s:
-        return {"n": 0}
-    return {"n": len(s), "p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(0.99 * len(s)))],
-            "max": s[-1]}
-
-
-def _fmt(name: str, s: dict[str, float], extra: str = "") -> str:
-    if not s.get("n"):
-        return f"{name}: no samples"
-    return (f"{name}: n={s['n']:.0f}  median {s['p50']:.3f} ms  P99 {s['p99']:.3f} ms  "
-            f"max {s['max']:.3f} ms{extra}")
-
-
-def _ratio(on: dict[str, float], off: dict[str, float], key: str) -> str:
-    if not on.get("n") or not off.get("n") or not off[key]:
-        return "—"
-    return f"{on[key] / off[key]:.2f}"
 
 
 def _decision_latencies(state_dir: Path, t0: float, t1: float) -> list[float]:
