@@ -117,7 +117,8 @@ def test_nullable_and_not_required_fields() -> None:
 
 def test_real_daemon_events_state_and_status_validate(
         tmp_path: Path, broker: Mosquitto) -> None:
-    """A real daemon's events, state and status against the stand-alone schemas."""
+    """A real daemon's events, state, status, report and telemetry against the stand-alone
+    schemas."""
     seen: list[tuple[str, Any]] = []
     p = Probe(broker, "operator", "operator-pw")
     p.client.on_message = lambda c, u, m: (seen.append((m.topic, json.loads(m.payload))),
@@ -139,6 +140,8 @@ def test_real_daemon_events_state_and_status_validate(
         assert _errors("status", {**st, "mode": "flying"})  # not vacuous
         wait_until(lambda: any(t.endswith("/event") and e.get("type") == "stop_cleared"
                                for t, e in list(seen)), 30, "stop_cleared event")
+        for kind in ("state", "telemetry"):  # housekeeping's: ≤ 10/s state, telemetry_hz 10
+            wait_until(lambda k=kind: any(t.endswith(f"/{k}") for t, _ in list(seen)), 30, kind)
         assert d.stop() == 0
     finally:
         d.stop()
@@ -150,10 +153,13 @@ def test_real_daemon_events_state_and_status_validate(
             name = f"event:{payload['type']}"
         elif topic.endswith("/state"):
             name = "state"
+        elif topic.endswith(("/report", "/telemetry")):
+            name = topic.rsplit("/", 1)[1]
         else:
             continue
         failures += [f"{name} {payload}: {e}" for e in _errors(name, payload)]
-        if name != "state":
+        if name.startswith("event"):
             failures += [f"event {payload}: {e}" for e in _errors("event", payload)]
     assert not failures, "\n".join(failures)
     assert {"ready", "estop_input", "stop", "stop_cleared", "link_up"} <= types, types
+    assert any(t.endswith("/report") for t, _ in seen), "the e-stop's report was published"

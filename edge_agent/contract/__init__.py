@@ -16,8 +16,9 @@ def schema_for(name: str) -> dict[str, Any]:
 
     `name` is `"event:<type>"` (one event type, e.g. `"event:task_started"`: the envelope
     `v, type, ts, mono, boot_id` plus the type's fields), `"event"` (any event: the envelope and
-    the per-type rules), `"state"` (the retained MQTT `state`), `"status"` (the `status`
-    command's result), or a record's class name (e.g. `"TaskStartedEvent"`, `"StateFields"`).
+    the per-type rules), `"state"` (the retained MQTT `state`), `"report"` and `"telemetry"` (those
+    MQTT messages), `"status"` (the `status` command's result), or a record's class name (e.g.
+    `"TaskStartedEvent"`, `"StateFields"`).
     Raises KeyError for an unknown name. A new dict each call (callers may change it).
     """
     from edge_agent.contract.schema_gen import schema_by_name

@@ -22,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, Required, Union, get_args, get_origin
 
-from edge_agent.contract import events, events_more, status, status_model
+from edge_agent.contract import events, events_more, payloads, status, status_model, status_parts
 from edge_agent.contract.base import EventBase, Ref, S
 
 DOC_PREFIX = "#/components/schemas/"
@@ -31,11 +31,13 @@ _SIMPLE: dict[Any, str] = {str: "string", int: "integer", float: "number", bool:
 
 # Records named in docs/asyncapi.yaml (a `$ref` there, inline in the stand-alone form).
 NAMED_RECORDS: tuple[type, ...] = (status.StopInfo, status.StateFields, status_model.ModelRef,
-                                   status_model.ShadowStatus, status_model.ModelStatus)
+                                   status_model.ShadowStatus, status_model.ModelStatus,
+                                   status_parts.TaskInfo, payloads.TelemetryFields)
 _ENVELOPE = frozenset(EventBase.__annotations__)  # set by the hub, not the producer
 # A record built on a named one (Python 3.11's TypedDict does not keep its bases).
 EXTENDS: dict[type, type] = {status.StatePayload: status.StateFields,
-                             status.StatusResult: status.StateFields}
+                             status.StatusResult: status.StateFields,
+                             payloads.TelemetryPayload: payloads.TelemetryFields}
 
 
 def is_typeddict(tp: Any) -> bool:
@@ -163,7 +165,9 @@ def doc_schemas() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     cls: type
     for cls in (status_model.ModelRef, status_model.ShadowStatus, status_model.ModelStatus,
-                status.StopInfo, status.StateFields, status.StatePayload, status.StatusResult):
+                status_parts.TaskInfo, status.StopInfo, status.StateFields, status.StatePayload,
+                status.StatusResult, payloads.ReportPayload, payloads.TelemetryFields,
+                payloads.TelemetryPayload):
         out[cls.__name__] = gen.record(cls)
     out["EventPayload"] = any_event_schema(doc=True)
     for cls in event_records().values():
@@ -206,7 +210,9 @@ def _fields_only(schema: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in schema.items() if k != "description"}
 
 
-_PAYLOADS: dict[str, type] = {"state": status.StatePayload, "status": status.StatusResult}
+_PAYLOADS: dict[str, type] = {"state": status.StatePayload, "status": status.StatusResult,
+                              "report": payloads.ReportPayload,
+                              "telemetry": payloads.TelemetryPayload}
 
 
 def payload_names() -> list[str]:
@@ -221,7 +227,7 @@ def _by_name(name: str) -> dict[str, Any]:
         return event_schema(name.removeprefix("event:"))
     if name in _PAYLOADS:
         return Gen(doc=False).record(_PAYLOADS[name])
-    for mod in (events, events_more, status, status_model):
+    for mod in (events, events_more, status, status_model, status_parts, payloads):
         cls = getattr(mod, name, None)
         if is_typeddict(cls):
             return Gen(doc=False).record(typing.cast(type, cls))

@@ -16,7 +16,9 @@ from edge_agent.contract.status_parts import (
     ExecutorStatus,
     InferenceStatus,
     JournalStats,
+    LinkWatch,
     ReportsStatus,
+    TaskInfo,
 )
 from edge_agent.link.messages import StopReason
 from edge_agent.vocab import DegradationMode, Mode, State, StopCause, StopKind
@@ -46,8 +48,8 @@ class StateFields(TypedDict):
 
     mode: Annotated[Mode, Ref("Mode")]
     state: Annotated[str, "the executor state", Ref("ExecutorState"), values_of(State)]
-    task: NotRequired[Annotated[dict[str, Any] | None, "The running or saved task, when there "
-                                "is one (its task_id first)."]]
+    task: NotRequired[Annotated[TaskInfo | None, "The running or saved task, when there is "
+                                "one."]]
     degraded: Degraded
     stop: NotRequired[StopInfo]
     homed: bool
@@ -92,12 +94,7 @@ class LinkStatus(TypedDict):
                                     "(null before the first)"]]
     firmware: NotRequired[Annotated[FirmwareHello | None, "the firmware's HELLO (null before "
                                     "it)"]]
-    watch: NotRequired[Annotated[dict[str, Any], "The daemon's deadman on the guardian's stream "
-                                 "(STATUS relay, G_STATE heartbeat every half deadman): "
-                                 "`guardian_silent` now, `trips` (latched `deadman` stops it "
-                                 "caused), `moved_at` (monotonic s of the last moving command; "
-                                 "null before the first), "
-                                 "`deadman_ms`."]]
+    watch: NotRequired[LinkWatch]
 
 
 class LoopFigures(TypedDict):

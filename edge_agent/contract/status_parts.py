@@ -13,6 +13,37 @@ from edge_agent.vocab import Mode, State
 Count = Annotated[int, S(minimum=0)]
 
 
+Vec = Annotated[list[float], S(minItems=3, maxItems=3)]
+
+
+class TaskInfo(TypedDict):
+    """The running task, or the one frozen by a stop and saved for `resume`
+    (edge_agent/executor/records.py TaskProgress)."""
+
+    task_id: Annotated[str, Ref("TaskId")]
+    task: Annotated[str, "the task's name (`pick_place`)"]
+    object: Annotated[Vec, "the object's pose the task was given or found, m (base frame)"]
+    place: Annotated[Vec, "where the object goes, m (base frame)"]
+    state: Annotated[str | None, "the motion state it is in (or was in when frozen)",
+                     values_of(State)]
+    attempts: Annotated[Count, "attempts of every sub-goal so far"]
+    failures: Annotated[list[str], "the failed attempts' causes, oldest first"]
+    grip_limit_a: Annotated[float | None, "the finger current limit of the grip that holds the "
+                            "part, A (null before a grip)"]
+    regrasps: Annotated[Count, "re-grasps after a lost part"]
+
+
+class LinkWatch(TypedDict):
+    """The daemon's deadman on the guardian's stream (STATUS relay, G_STATE heartbeat every half
+    deadman; edge_agent/daemon/deadman.py)."""
+
+    guardian_silent: Annotated[bool, "no guardian message within the deadman now"]
+    moved_at: Annotated[float | None, "monotonic s of the last moving command; null before the "
+                        "first"]
+    trips: Annotated[Count, "latched `deadman` stops it caused"]
+    deadman_ms: Annotated[float, "the deadman, ms (link.deadman_ms)"]
+
+
 class JournalStats(TypedDict):
     """The decision journal's figures (edge_agent/store/decisions.py)."""
 
@@ -119,7 +150,7 @@ class ExecutorStatus(TypedDict):
 
     mode: Annotated[Mode, Ref("Mode")]
     state: Annotated[str, "the executor state", Ref("ExecutorState"), values_of(State)]
-    task: Annotated[dict[str, Any] | None, "the running task (its task_id first), null when none"]
+    task: Annotated[TaskInfo | None, "the running task, null when none"]
     saved: Annotated[bool, "a task is saved (resume continues it)"]
     l3_count: Annotated[Count, "L3 faults so far"]
     counters: Annotated[dict[str, int], "ticks, decisions, advance_refused, inference_failures, "

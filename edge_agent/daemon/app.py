@@ -59,6 +59,7 @@ from edge_agent.store.writer import StoreWriter
 from edge_agent.vocab import EventType, StopCause
 
 if TYPE_CHECKING:
+    from edge_agent.contract.payloads import TelemetryFields
     from edge_agent.contract.status import StateFields, StatusResult
 
 _log = get_logger(__name__)
@@ -299,7 +300,7 @@ class Daemon:
     def status(self) -> StatusResult:
         return daemon_status(self)
 
-    def telemetry(self) -> dict[str, Any]:
+    def telemetry(self) -> TelemetryFields:
         return self.control.telemetry(self.mirror.last_status, self.mirror.frames)
 
     # -- running ---------------------------------------------------------------------------

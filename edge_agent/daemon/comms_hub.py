@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
+    from edge_agent.contract.payloads import TelemetryFields
     from edge_agent.contract.status import MqttStatus, StateFields
     from edge_agent.reports.sinks import Published
 
@@ -39,7 +40,7 @@ class CommsHub:
 
     def __init__(self, cfg: Config, boot_id: str, *, on_estop: Callable[[StopCause], None],
                  state: Callable[[], StateFields],
-                 telemetry: Callable[[], dict[str, Any]], spawn: Spawn) -> None:
+                 telemetry: Callable[[], TelemetryFields], spawn: Spawn) -> None:
         self._cfg = cfg  # [device], [mqtt] (the bridge: MqttSettings.from_config), state_dir
         self.boot_id = boot_id
         self._on_estop = on_estop

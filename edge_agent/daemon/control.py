@@ -16,7 +16,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from edge_agent.clock import Clock
 from edge_agent.daemon.deadman import GuardianWatch
@@ -48,6 +48,7 @@ from edge_agent.vocab import ESTOP_CAUSES, EventType, StopCause
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
+    from edge_agent.contract.payloads import TelemetryFields
     from edge_agent.contract.status import LoopStatus
     from edge_agent.store.episodes import EpisodeMark
 
@@ -256,14 +257,16 @@ class ControlPath:
                            "sent_at_once": self.output.sent_at_once}
         return out
 
-    def telemetry(self, last_status: Status | None, link_frames: int) -> dict[str, Any]:
+    def telemetry(self, last_status: Status | None, link_frames: int) -> TelemetryFields:
         """The telemetry message: the loop's figures and the last STATUS from the robot."""
-        out: dict[str, Any] = {"loop": self.loop.stats.as_dict() if self.loop else None,
-                               "link_frames": link_frames, "send_errors": self.send_errors}
+        out: TelemetryFields = {"loop": self.loop.stats.as_dict() if self.loop else None,
+                                "link_frames": link_frames, "send_errors": self.send_errors}
         if last_status is not None:
             st = last_status
-            out.update(q=[round(v, 5) for v in st.q], gripper_pos=round(st.gripper_pos, 5),
-                       gripper_force=round(st.gripper_force, 3), fw_time_us=st.fw_time_us)
+            out["q"] = [round(v, 5) for v in st.q]
+            out["gripper_pos"] = round(st.gripper_pos, 5)
+            out["gripper_force"] = round(st.gripper_force, 3)
+            out["fw_time_us"] = st.fw_time_us
         return out
 
     def snapshot(self) -> ExecutorSnapshot:

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.executor.latch import StopLatch
 from edge_agent.log import get_logger
 from edge_agent.vocab import StopCause
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import LinkWatch
 
 _log = get_logger(__name__)
 
@@ -67,7 +71,7 @@ class GuardianWatch:
         self.closed = True
         self._mirror.closing = True
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> LinkWatch:
         """For `status.link.watch`."""
         moved = self.moved_at if math.isfinite(self.moved_at) else None  # JSON has no -inf
         return {"guardian_silent": self.silent, "moved_at": moved, "trips": self.trips,

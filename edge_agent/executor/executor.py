@@ -18,7 +18,7 @@ is lost or the overcurrent lasts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.executor.conditions import StopConditions
 from edge_agent.executor.context import DecisionRecord, Event, EventLog, TickInputs
@@ -28,7 +28,8 @@ from edge_agent.executor.faults import FaultPolicy, FaultRecord
 from edge_agent.executor.kinematics import ArmKinematics, IKFailure
 from edge_agent.executor.latch import ResetRefused, StopLatch
 from edge_agent.executor.machine import Trigger, is_motion, mode_of
-from edge_agent.executor.manual import JogController, JogFrame
+from edge_agent.executor.manual import JogController
+from edge_agent.executor.manual_commands import ManualCommands
 from edge_agent.executor.monitor import CollisionMonitor, SensorRing
 from edge_agent.executor.paths import task_points
 from edge_agent.executor.policy import ExpertPolicy
@@ -42,18 +43,21 @@ from edge_agent.executor.records import (
     vec3,
 )
 from edge_agent.executor.tasks import TASKS, ExecutorConfig, State
-from edge_agent.link.codec import Command, GripperMode, Mode
+from edge_agent.link.codec import Command
 from edge_agent.policy_seam import Policy
 from edge_agent.robot import RobotDescription
 from edge_agent.sensors.readings import Snapshot, Source
 from edge_agent.vocab import ErrorCode, EventType, StopCause, StopKind
 from edge_agent.vocab import Mode as ExecMode
 
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import TaskInfo
+
 SNAPSHOT_VERSION = 1
 _MAX_DT = 0.1  # a longer gap between ticks is integrated as this (no giant PID steps)
 
 
-class Executor:
+class Executor(ManualCommands):
     """Runs pick-and-place tasks under the stop latch; see the module doc."""
 
     def __init__(self, robot: RobotDescription, latch: StopLatch, policy: Policy | None = None,
@@ -120,12 +124,12 @@ class Executor:
         return self._in.measured is not None
 
     @property
-    def saved_task(self) -> dict[str, Any] | None:
+    def saved_task(self) -> TaskInfo | None:
         task = self._driver.task
         return task.as_dict() if task is not None and self._driver.has_saved_task() else None
 
     @property
-    def task(self) -> dict[str, Any] | None:
+    def task(self) -> TaskInfo | None:
         task = self._driver.task
         return task.as_dict() if task is not None else None
 
@@ -193,21 +197,6 @@ class Executor:
             return self._driver.hold()
         # A trip from another thread during this tick: never send its motion.
         return cmd if self.latch.state.generation == self._gen else self._driver.hold()
-
-    def _manual_tick(self, now: float, m: Measured, dt: float) -> Command:
-        if self._in.predicted:
-            self._jog.stop()
-            return self._driver.hold()
-        sp, lost = self._jog.update(now, m.q, dt)
-        if lost:
-            self.counters.jog_lost += 1
-            self._events.emit({"type": EventType.JOG_LOST})
-            if self.cfg.jog_loss_trips:
-                self.latch.trip(StopCause.JOG_LOST, now)
-                self._sync_latch(now)
-        if sp is None:
-            return self._driver.hold()
-        return Command(Mode.POSITION, sp, GripperMode.HOLD, 0.0, 0.0)
 
     def _sync_latch(self, now: float) -> None:
         """The latch changed: drop every setpoint; freeze a running task; follow the latch.
@@ -341,51 +330,6 @@ class Executor:
         if self.mode == ExecMode.MANUAL:
             return CommandResult.refuse(ErrorCode.NOT_ADMITTED, "reset: use manual.exit")
         return CommandResult.accept("nothing latched", mode=self.mode)
-
-    def manual_enter(self, now: float) -> CommandResult:
-        """Enter manual mode (idle, holding, diagnostic); a saved task is given up."""
-        self._pre(now)
-        refused = self._refuse_by_mode("manual.enter")
-        if refused is not None or self.mode == ExecMode.MANUAL:
-            return refused or CommandResult.accept("already in manual")
-        if self._driver.task is not None:
-            self._driver.end(now, Outcome.ABORTED, "manual mode entered", None)
-        self._jog.stop()
-        self._machine.fire(Trigger.MANUAL_ENTER)
-        self._mode_changed()
-        return CommandResult.accept(mode=self.mode)
-
-    def manual_jog(self, now: float, velocity: Sequence[float], ttl_ms: int,
-                   frame: str = "joint") -> CommandResult:
-        """One jog message: velocity in `frame` (joint rad/s, cartesian m/s) for ttl_ms."""
-        self._pre(now)
-        refused = self._refuse_by_mode("manual.jog")
-        if refused is not None:
-            return refused
-        if self.mode != ExecMode.MANUAL:
-            return CommandResult.refuse(ErrorCode.NOT_ADMITTED, "manual.jog: manual.enter first")
-        if self._in.predicted:
-            return CommandResult.refuse(ErrorCode.REFUSED, "manual.jog: a joint is predicted")
-        if ttl_ms > self.cfg.jog_ttl_max_ms:
-            return CommandResult.refuse(ErrorCode.BAD_ARGS,
-                                        f"ttl_ms must be <= {self.cfg.jog_ttl_max_ms}")
-        try:
-            jf = JogFrame(frame)
-        except ValueError:
-            return CommandResult.refuse(ErrorCode.BAD_ARGS, f"unknown jog frame {frame!r}")
-        why = self._jog.command(now, jf, velocity, ttl_ms)
-        if why is not None:
-            return CommandResult.refuse(ErrorCode.BAD_ARGS, why)
-        return CommandResult.accept()
-
-    def manual_exit(self, now: float) -> CommandResult:
-        self._pre(now)
-        if self._machine.state is not State.MANUAL:
-            return self._refuse_by_mode("manual.exit") or CommandResult.accept("not in manual")
-        self._jog.stop()
-        self._machine.fire(Trigger.MANUAL_EXIT)
-        self._mode_changed()
-        return CommandResult.accept(mode=self.mode)
 
     # -- persistence ---------------------------------------------------------------------
     def to_snapshot(self) -> ExecutorSnapshot:

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, TypedDict
 
 from edge_agent.contract.status_parts import ExecutorStatus as ExecutorStatus
+from edge_agent.contract.status_parts import TaskInfo
 from edge_agent.executor.faults import FaultRecord
 from edge_agent.executor.tasks import (
     Alternative,
@@ -74,7 +75,7 @@ class TaskProgress:
     grip_limit_a: float | None = None  # the finger current limit of the grip that holds the part
     regrasps: int = 0  # re-grasps after a lost part (accepted policy proposals)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TaskInfo:
         return {"task_id": self.task_id, "task": self.spec.name,
                 "object": list(self.object_xyz), "place": list(self.place_xyz),
                 "state": self.state.value if self.state else None, "attempts": self.attempts,
@@ -171,4 +172,4 @@ class ExecutorSnapshot(TypedDict):
     faults: dict[str, Any]
     diagnostic: bool
     fault_record: FaultRecord | None
-    saved_task: dict[str, Any] | None
+    saved_task: TaskInfo | None

@@ -18,12 +18,15 @@ import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edge_agent.reports.markdown import cut_markdown
 from edge_agent.reports.outbox import Entry, Result
 from edge_agent.reports.record import is_report_id
 from edge_agent.store.atomic import fsync_dir, remove_durably, write_atomic
+
+if TYPE_CHECKING:
+    from edge_agent.contract.payloads import PlotRef, ReportPayload
 
 MQTT_MAX_BYTES = 64 * 1024
 EXTENSIONS = (".md", ".png", ".json")
@@ -77,15 +80,15 @@ class DiskSink:
 
 
 def mqtt_payload(entry: Entry, device: str, plot: Path | None,
-                 max_bytes: int = MQTT_MAX_BYTES) -> dict[str, Any]:
+                 max_bytes: int = MQTT_MAX_BYTES) -> ReportPayload:
     """The `report` message (docs/asyncapi.yaml ReportPayload), at most `max_bytes` as JSON."""
     r = entry.report
-    ref: dict[str, Any] | None = None
+    ref: PlotRef | None = None
     if plot is not None:
         data = plot.read_bytes()
         ref = {"file": f"{r.id}.png", "bytes": len(data),
                "sha256": hashlib.sha256(data).hexdigest()}
-    payload: dict[str, Any] = {"v": 1, "id": r.id, "ts": r.wall, "kind": r.kind.value,
+    payload: ReportPayload = {"v": 1, "id": r.id, "ts": r.wall, "kind": r.kind.value,
                                "title": r.title, "fault": r.fault, "markdown": entry.markdown,
                                "plot": ref, "recording": r.recording}
     size = len(json.dumps(payload, separators=(",", ":")).encode())
