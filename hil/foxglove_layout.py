@@ -21,7 +21,6 @@ from edge_agent.observe import channels as ch
 
 OUT = Path(__file__).resolve().parents[1] / "docs" / "foxglove" / "edge-agent-live.json"
 JOINTS = 4  # the simulated robot's arm (configs/robot); extra series only show nothing
-LOOP = getattr(ch, "LOOP", None)  # the loop statistics channel, where the registry has one
 
 
 def _series(paths: list[tuple[str, str]]) -> list[fl.PlotSeries]:
@@ -42,12 +41,9 @@ def layout() -> fl.Layout:
                      [(f"{s}.current[{i}]", f"i{i}") for i in range(JOINTS)], "A")
     force = _plot("Gripper force (N)", [(f"{s}.gripper_force", "measured (link)"),
                                         (f"{ch.SENSORS}.gripper_force", "control tick")], "N")
-    # the loop probe's figures (each health period): the latest tick start so far
-    lat_paths = [(f'{ch.HEALTH}{{name=="loop"}}.figures.max_late_ms', "loop lateness max (probe)"),
+    # every control tick's lateness and duration; each decision's latency
+    lat_paths = [(f"{ch.LOOP}.late_ms", "tick lateness"), (f"{ch.LOOP}.tick_ms", "tick duration"),
                  (f"{ch.DECISIONS}.latency_ms", "decision latency")]
-    if LOOP is not None:
-        lat_paths = [(f"{LOOP}.late_p99_ms", "loop lateness P99"),
-                     (f"{LOOP}.max_late_ms", "loop lateness max"), *lat_paths]
     latency = _plot("Loop lateness and decision latency (ms)", lat_paths, "ms")
     states = fl.StateTransitionsPanel(title="State", config=fl.StateTransitionsConfig(
         paths=[fl.StateTransitionsSeries(value=f"{ch.EVENTS}.type", label="events"),

@@ -17,6 +17,7 @@ from daemon_proc import DaemonProc
 from mosquitto import free_port, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
+from edge_agent.contract import schema_for
 from edge_agent.liveview.rate import RateLimit
 from edge_agent.observe import channels
 from edge_agent.observe.tap import Tap
@@ -133,6 +134,14 @@ def test_a_real_daemons_live_view(daemon: DaemonProc) -> None:
     assert sent.get(channels.LINK_STATUS, 0) >= len(status)
     assert any(s.name == "edge_agent_liveview_cpu_seconds_total" and s.value > 0
                for s in samples)
+    # status.observe names all three, valid against the contract's status schema
+    st = daemon.socket_cmd("status")["result"]
+    jsonschema.validate(st, schema_for("status"))
+    obs = st["observe"]
+    assert obs["metrics"] == {"host": "127.0.0.1", "port": mport}
+    assert obs["live"]["port"] == daemon.port  # type: ignore[attr-defined]
+    assert obs["live"]["sent"][channels.LINK_STATUS] >= len(status)
+    assert obs["recorder"]["ring_messages"] > 0 and obs["recorder"]["written"] >= 0
 
 
 def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> None:
@@ -162,5 +171,5 @@ def test_the_shipped_foxglove_layout_is_generated_and_names_live_channels() -> N
     named = {re.match(r"/[A-Za-z0-9_/]+", p).group(0) for p in paths}  # type: ignore[union-attr]
     assert named and named <= set(channels.CHANNELS), named - set(channels.CHANNELS)
     plotted = " ".join(paths)
-    for needle in (".q[", ".current[", "gripper_force", "latency_ms", "max_late_ms"):
+    for needle in (".q[", ".current[", "gripper_force", "latency_ms", "/loop.late_ms"):
         assert needle in plotted, needle

@@ -221,3 +221,24 @@ def test_every_report_kind_through_the_outbox_names_a_finished_recording(
         assert {"report_id": d["id"], "kind": d["kind"]}.items() <= next(
             m for m in got["marks"] if m["report_id"] == d["id"]).items()
     assert r0.status()["merged"] == len(ReportKind) - 4  # at once: 4 files, the rest joined
+
+
+def test_a_stop_with_a_backlog_finishes_the_file_within_its_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A starved recorder at a daemon stop: the backlog is cut after FINAL_S and the file is
+    finished (footer, indexes), so the seeking reader opens it; never a torn file."""
+    from edge_agent.observe import recorder as recorder_mod
+
+    monkeypatch.setattr(recorder_mod, "FINAL_S", 0.05)
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=60.0, ring_bytes=256 << 20), tap=tap)
+    rec.start()
+    for _ in range(60_000):  # far more than 0.05 s of encoding (the tap queue holds 65,536)
+        tap.publish(ch.LINK_STATUS, STATUS)
+    wait_until(lambda: rec.status()["ring_messages"] >= 60_000, 60, "the ring filled")
+    path = rec.start_capture("backlog")
+    t0 = time.monotonic()
+    rec.stop()
+    assert time.monotonic() - t0 < 5.0  # inside stop()'s join
+    got = read_checked(path)  # make_reader: needs the footer and summary
+    assert 0 < got["counts"]["/link/status"] < 60_000

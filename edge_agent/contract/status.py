@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelStatus
+from edge_agent.contract.status_observe import ObserveStatus
 from edge_agent.contract.status_parts import (
     BackgroundStatus,
     ExecutorStatus,
@@ -241,3 +242,4 @@ class StatusResult(StateFields):
                                           "received)"]]
     mqtt: NotRequired[MqttStatus]
     health: NotRequired[HealthStatus | None]
+    observe: NotRequired[ObserveStatus]

@@ -34,7 +34,7 @@ from edge_agent.daemon.health_sources import daemon_health
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
-from edge_agent.daemon.observers import start_observers
+from edge_agent.daemon.observers import Observers, start_observers
 from edge_agent.daemon.policy_loader import PolicyLoader
 from edge_agent.daemon.procstart import mark, ms_since_start, phases, process_start_monotonic
 from edge_agent.daemon.recording import DaemonRecording
@@ -131,6 +131,7 @@ class Daemon:
                                      publish_event=self.comms.event,
                                      publish_report=self.comms.publish_report)
         self.recording = DaemonRecording(cfg, self.api)  # the flight recorder (docs/OBSERVE.md)
+        self.observers: Observers | None = None  # metrics and live view, after READY
         self.reports.outbox.link = self.recording.link  # every report names its MCAP file
         self.policy.trial.attach(self.reports.file_report, self.comms.add_listener)
         self.policy.shadow.attach_reports(self.reports.outbox.submit, self.reports.origin)
@@ -215,7 +216,8 @@ class Daemon:
         self.health.start()
         self.threads.adopt("recorder", self.recording.stop)
         self.recording.start()  # imports mcap: after READY
-        self.threads.adopt("observe", start_observers(self).stop)  # daemon/observers.py
+        self.observers = start_observers(self)  # daemon/observers.py
+        self.threads.adopt("observe", self.observers.stop)
         if not self.eager:
             self.threads.spawn("startup-load", self.startup.load)
         self.threads.spawn("calibration", self.startup.calibrate)

@@ -146,7 +146,8 @@ class ControlPath:
     def start_loop(self) -> RateLoop:
         """The control thread, ticking from now on (its `stop()` is the caller's)."""
         s = self.settings
-        self.loop = RateLoop(self.tick, s.rate_hz, spin_s=s.spin_s, priority=s.priority)
+        self.loop = RateLoop(self.tick, s.rate_hz, spin_s=s.spin_s, priority=s.priority,
+                             tap_topic=obs.LOOP)
         self.loop.start()
         return self.loop
 

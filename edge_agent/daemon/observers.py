@@ -16,6 +16,7 @@ from edge_agent.log import get_logger
 
 if TYPE_CHECKING:
     from edge_agent.config import Config
+    from edge_agent.contract.status_observe import LiveViewStatus, MetricsStatus
     from edge_agent.daemon.control import ControlPath
     from edge_agent.executor.loop import LoopStats
     from edge_agent.liveview.server import LiveView
@@ -49,7 +50,7 @@ class DaemonMetricsSource:
         loop = self.d.control.loop
         return loop.stats if loop is not None else None
 
-    def live_status(self) -> dict[str, Any] | None:
+    def live_status(self) -> LiveViewStatus | None:
         live = self.observers.live if self.observers is not None else None
         return live.status() if live is not None else None
 
@@ -73,6 +74,7 @@ class Observers:
     def __init__(self) -> None:
         self.stops: list[Callable[[], None]] = []
         self.live: LiveView | None = None
+        self.metrics: MetricsStatus | None = None  # host and port, once it listens
         self._lock = threading.Lock()
         self._closing = False
         self._starter: threading.Thread | None = None
@@ -98,6 +100,7 @@ class Observers:
                 srv = MetricsServer(DaemonMetricsSource(d, self), cfg.metrics_host,
                                     cfg.metrics_port)
                 self._keep(srv.stop)
+                self.metrics = {"host": cfg.metrics_host, "port": cfg.metrics_port}
             except (OSError, ImportError) as exc:  # ImportError: the `observe` extra is absent
                 _log.error("metrics_not_started", host=cfg.metrics_host, port=cfg.metrics_port,
                            error=str(exc), hint=_EXTRA if isinstance(exc, ImportError) else None)
@@ -111,6 +114,11 @@ class Observers:
                 _log.error("liveview_not_started", host=cfg.foxglove_host,
                            port=cfg.foxglove_port, error=str(exc),
                            hint=_EXTRA if isinstance(exc, ImportError) else None)
+
+    def status(self) -> tuple[LiveViewStatus | None, MetricsStatus | None]:
+        """`status.observe`'s live view and metrics parts (None: off or not started)."""
+        live = self.live
+        return (live.status() if live is not None else None), self.metrics
 
     def stop(self) -> None:
         with self._lock:

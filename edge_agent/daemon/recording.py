@@ -23,6 +23,7 @@ from edge_agent.vocab import ErrorCode
 if TYPE_CHECKING:
     from edge_agent.commands.api import CommandAPI, CommandContext
     from edge_agent.config import Config
+    from edge_agent.contract.status_observe import RecorderStatus
     from edge_agent.reports.record import Report
 
 _log = get_logger(__name__)
@@ -63,7 +64,7 @@ class DaemonRecording:
         if self.recorder is not None:
             self.recorder.stop()
 
-    def status(self) -> dict[str, Any] | None:
+    def status(self) -> RecorderStatus | None:
         """The recorder's figures (record.stop's reply carries them too), None when off."""
         return self.recorder.status() if self.recorder is not None else None
 

@@ -18,9 +18,12 @@ from edge_agent.executor.latch import StopLatch
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.status import StateFields, StatusResult
+    from edge_agent.contract.status_observe import ObserveStatus
     from edge_agent.daemon.comms_hub import CommsHub
     from edge_agent.daemon.control import ControlPath
+    from edge_agent.daemon.observers import Observers
     from edge_agent.daemon.policy_loader import PolicyLoader
+    from edge_agent.daemon.recording import DaemonRecording
     from edge_agent.daemon.reporting import DaemonReports
     from edge_agent.daemon.startup_work import StartupWork
     from edge_agent.daemon.supervisor import Supervisor
@@ -50,6 +53,8 @@ class DaemonParts(Protocol):
     threads: Supervisor
     comms: CommsHub
     health: HealthMonitor | None
+    recording: DaemonRecording
+    observers: Observers | None
 
 
 def daemon_state(d: DaemonParts) -> StateFields:
@@ -78,7 +83,14 @@ def daemon_status(d: DaemonParts) -> StatusResult:
         # subscribed (a command published now is received); why not: `mqtt`'s error
         "mqtt_connected": d.comms.mqtt_ready, "mqtt": d.comms.mqtt_status(),
         "health": d.health.status() if d.health is not None else None,
+        "observe": observe_status(d),
     }
+
+
+def observe_status(d: DaemonParts) -> ObserveStatus:
+    """`status.observe`: the recorder, the live view and the metrics endpoint."""
+    live, metrics = d.observers.status() if d.observers is not None else (None, None)
+    return {"recorder": d.recording.status(), "live": live, "metrics": metrics}
 
 
 def state_fields(executor: Executor, latch: StopLatch, mirror: LinkMirror,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from edge_agent.executor.collector import DeferredCollection
 from edge_agent.log import get_logger
+from edge_agent.observe.tap import TAP
 
 if TYPE_CHECKING:
     from edge_agent.contract.status import LoopFigures
@@ -85,7 +86,7 @@ class RateLoop:
 
     def __init__(self, tick: TickFn, rate_hz: float, *, spin_s: float = 0.0002,
                  name: str = "control", late_tolerance_s: float | None = None,
-                 priority: int = 0) -> None:
+                 priority: int = 0, tap_topic: str | None = None) -> None:
         if not 1.0 <= rate_hz <= 2000.0:
             raise ValueError(f"rate_hz must be within 1..2000, got {rate_hz}")
         self._tick = tick
@@ -99,6 +100,7 @@ class RateLoop:
         self.priority = priority  # SCHED_FIFO for this thread only; 0 = normal scheduling
         self.scheduling = "SCHED_OTHER"  # what the thread really got (set when it starts)
         self.deadline = 0.0  # the running tick's deadline (the tick may read it)
+        self.tap_topic = tap_topic  # each tick's (index, late, duration) to the tap, when set
 
     def start(self) -> None:
         self._thread.start()
@@ -142,6 +144,7 @@ class RateLoop:
         period, spin, st = self.period, self._spin, self.stats
         mono, sleep = time.monotonic, time.sleep
         deferred = DeferredCollection()
+        topic, publish = self.tap_topic, TAP.publish
         deadline = mono() + period
         index = 0
         while not self._stop.is_set():
@@ -167,6 +170,8 @@ class RateLoop:
             end = mono()
             st.max_tick_s = max(st.max_tick_s, end - now)
             st.record(late, end - now)
+            if topic is not None:  # one deque append per observer; nothing without one
+                publish(topic, (index, late, end - now))
             st.ticks += 1
             st.last_tick_mono = end
             index += 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import foxglove
 from foxglove.websocket import ChannelView, Client
@@ -22,6 +22,9 @@ from edge_agent.liveview.rate import RateLimit
 from edge_agent.log import get_logger
 from edge_agent.observe import channels as obs_channels
 from edge_agent.observe.tap import TAP, Subscription, Tap
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_observe import LiveViewStatus
 
 _log = get_logger(__name__)
 
@@ -123,7 +126,7 @@ class LiveView:
             ch.log(data, log_time=t_ns)
             self.sent[topic] = self.sent.get(topic, 0) + 1
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LiveViewStatus:
         sub = self._sub
         return {"port": self.port, "sent": dict(self.sent),
                 "limited": dict(self.limit.limited), "encode_errors": self.encode_errors,

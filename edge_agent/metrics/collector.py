@@ -31,6 +31,7 @@ from edge_agent.executor.loop import HIST_BIN_S, HIST_BINS
 from edge_agent.metrics import tally
 
 if TYPE_CHECKING:
+    from edge_agent.contract.status_observe import LiveViewStatus
     from edge_agent.executor.loop import LoopStats
 
 P = "edge_agent_"
@@ -47,7 +48,7 @@ class MetricsSource(Protocol):
     def status(self) -> Mapping[str, Any]: ...
     def loop_stats(self) -> LoopStats | None: ...
     def journal_files(self) -> Sequence[Path]: ...
-    def live_status(self) -> dict[str, Any] | None: ...
+    def live_status(self) -> LiveViewStatus | None: ...
 
 
 def loop_histogram(name: str, doc: str, hist: list[int]) -> HistogramMetricFamily:
@@ -251,7 +252,7 @@ class StatusCollector(Collector):
         tally_histogram(est, tally.ESTOP_REACTION, [])
         yield est
 
-    def _live(self, live: dict[str, Any] | None) -> Iterator[Metric]:
+    def _live(self, live: LiveViewStatus | None) -> Iterator[Metric]:
         """The live Foxglove view, when it runs (observe.foxglove_port)."""
         if live is None:
             return
@@ -260,16 +261,16 @@ class StatusCollector(Collector):
         limited = CounterMetricFamily(P + "liveview_limited",
                                       "Messages the live view's rate limit dropped",
                                       labels=["topic"])
-        for fam, key in ((sent, "sent"), (limited, "limited")):
-            for topic, n in sorted((live.get(key) or {}).items()):
+        for fam, counts in ((sent, live["sent"]), (limited, live["limited"])):
+            for topic, n in sorted(counts.items()):
                 fam.add_metric([topic], float(n))
         yield sent
         yield limited
         yield CounterMetricFamily(P + "liveview_cpu_seconds",
                                   "CPU time of the live view's pump thread",
-                                  value=float(live.get("cpu_s") or 0.0))
-        tap = live.get("tap") or {}
+                                  value=float(live["cpu_s"]))
+        tap = live["tap"]
         yield CounterMetricFamily(P + "liveview_tap_dropped",
                                   "Tap items the live view lost to a full queue (resets when "
                                   "the viewers' subscriptions change)",
-                                  value=float(tap.get("dropped") or 0))
+                                  value=float(tap["dropped"] if tap is not None else 0))

@@ -9,8 +9,8 @@ message carries a `timestamp` {sec, nsec} too, so a Plot panel can use it as the
 
 `encode(topic, payload, t_ns)` turns what a seam published (a link frame, a sensor snapshot,
 an event dict: see tap.py) into the message's JSON bytes; it runs on the consumer's thread.
-The schemas of `/events` and `/status`-like dicts are hand-written and open
-(additionalProperties) until the typed contract (issue #30 item 1) generates them.
+The event channels' schemas come from the typed contract (edge_agent/contract); the others are
+written here.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ EVENTS = "/events"  # every event the daemon publishes
 HEALTH = "/health"  # health probe results and degradation mode transitions
 RECORDER = "/recorder"  # the recorder's own markers (report triggers, on-demand starts)
 LOG = "/log"  # log lines, as foxglove.Log
+LOOP = "/loop"  # every control tick: how late it started and how long it ran
 
 _TY = "type"  # a JSON Schema keyword (a literal "type": "..." reads as an event type to tests)
 _TIME = {_TY: "object", "title": "time",
@@ -121,11 +122,25 @@ def _plain(v: Any) -> Any:
     return str(v)
 
 
+def _r(xs: Any, nd: int) -> list[float]:
+    return [round(x, nd) for x in xs]
+
+
 def _status(st: Any) -> dict[str, Any]:
+    """A STATUS frame, rounded to what the robot measures: positions to 1 µrad / 1 µm, rates to
+    1 µrad/s, currents to 0.1 mA, force to 1 mN (17 digits made the 1 kHz stream ~70 % of a
+    recording's bytes)."""
     return {"fw_time_us": st.fw_time_us, "flags": int(st.flags), "estop_input": st.estop_input,
-            "last_cmd_seq": st.last_cmd_seq, "q": list(st.q), "dq": list(st.dq),
-            "current": list(st.current), "gripper_pos": st.gripper_pos,
-            "gripper_current": st.gripper_current, "gripper_force": st.gripper_force}
+            "last_cmd_seq": st.last_cmd_seq, "q": _r(st.q, 6), "dq": _r(st.dq, 6),
+            "current": _r(st.current, 4), "gripper_pos": round(st.gripper_pos, 6),
+            "gripper_current": round(st.gripper_current, 4),
+            "gripper_force": round(st.gripper_force, 3)}
+
+
+def _loop(t: Any) -> dict[str, Any]:
+    """(index, late_s, tick_s) of one control tick."""
+    index, late, tick = t
+    return {"index": index, "late_ms": round(late * 1e3, 4), "tick_ms": round(tick * 1e3, 4)}
 
 
 def _frame(msg: Any) -> dict[str, Any]:
@@ -249,6 +264,12 @@ CHANNELS: dict[str, Channel] = {c.topic: c for c in (
             "kind": _STR_OR_NULL, "trigger": _TIME},
         ("reason",), open_=True), _dict),
     Channel(LOG, "foxglove.Log", _LOG_SCHEMA, _log),
+    Channel(LOOP, "edge_agent.LoopTick", _obj(
+        "edge_agent.LoopTick", "One control tick: how late it started after its deadline and "
+        "how long it ran (ms); `index` counts ticks since the loop started", {
+            "index": {_TY: "integer", "minimum": 0}, "late_ms": {_TY: "number"},
+            "tick_ms": {_TY: "number", "minimum": 0}},
+        ("index", "late_ms", "tick_ms")), _loop),
 )}
 
 

@@ -9,9 +9,11 @@ from the control thread in short slices. `trigger(...)` (any thread: the report 
 `start_capture`/`stop_capture` (the command API) only enqueue a request and return the path the
 file will have. The thread opens the file, writes the ring's messages from `pre_s` before the
 trigger, then every new message until `post_s` after it (or the stop, bounded by `max_capture_s`),
-and finishes it (summary, indexes). Files written so far are capped (`max_files`, `max_bytes`):
-the oldest finished ones go. An open file is flushed every period: a process killed mid-file
-leaves complete chunks that `mcap.stream_reader.StreamReader` reads up to the tear.
+and finishes it (summary, indexes); at a stop, after at most FINAL_S of encoding the backlog,
+every open file is finished with what it has. Files written so far are capped (`max_files`,
+`max_bytes`): the oldest finished ones go. An open file is flushed every period: a process
+killed mid-file leaves complete chunks that `mcap.stream_reader.StreamReader` reads up to the
+tear.
 
 `mcap` is imported when the recorder starts (after READY), never before.
 """
@@ -27,11 +29,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from edge_agent.log import get_logger
 from edge_agent.observe import channels as ch
 from edge_agent.observe.tap import TAP, Item, Tap
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_observe import RecorderStatus
 
 _log = get_logger(__name__)
 _NS = 1_000_000_000
@@ -40,6 +45,10 @@ MAX_OPEN = 4  # report captures open at once; a further report joins the newest 
 # outbox thread, a little after its time; its pre_s window must still be whole by then
 RING_MARGIN_S = 5.0
 WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms: > 1 kHz)
+# At stop, encoding the open captures' backlog ends after this; then every open file is finished
+# (footer, indexes) with what it has, inside stop()'s join: a starved recorder (a loaded CPU) at
+# a daemon stop leaves shorter files, never torn ones.
+FINAL_S = 3.0
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
@@ -165,7 +174,7 @@ class Recorder:
         """The on-demand capture's path while one runs."""
         return self._demand_path
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> RecorderStatus:
         sub = self._sub
         with self._lock:
             return {"dir": str(self.dir), "open": [str(c.path) for c in self._open],
@@ -204,13 +213,17 @@ class Recorder:
                 break
             self._request(what, arg)
         now = time.time_ns()
+        final_by = time.monotonic() + FINAL_S
         for c in list(self._open):
             c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
             end = self._end_of(c)
             done = final or now >= end
             # encoding is the recorder's only real work: at most WRITE_BATCH messages a cycle
             # (a trigger's pre_s backlog goes out over a few cycles, not in one GIL-long burst)
-            self._drain(c, end, None if done else WRITE_BATCH)
+            if final:
+                self._drain_until(c, end, final_by)
+            else:
+                self._drain(c, end, None if done else WRITE_BATCH)
             if done and (final or not c.pending or c.pending[0][1] > end):
                 with self._lock:
                     if not final and self._triggered.get(c.path, end) > end:
@@ -244,6 +257,15 @@ class Recorder:
             while ring and (ring[0][0][1] < oldest or self._ring_bytes > s.ring_bytes):
                 self._ring_bytes -= ring.popleft()[1]
         return fresh
+
+    def _drain_until(self, c: _Capture, end: int, by: float) -> None:
+        """At stop: the backlog in batches until monotonic `by`; what is left is not written."""
+        while c.pending and c.pending[0][1] <= end and time.monotonic() < by:
+            self._drain(c, end, WRITE_BATCH)
+        left = sum(1 for x in c.pending if x[1] <= end)
+        if left:
+            _log.warning("recording_cut_at_stop", path=str(c.path), messages_left=left,
+                         written=c.messages, budget_s=FINAL_S)
 
     def _drain(self, c: _Capture, end: int, budget: int | None) -> None:
         pending = c.pending

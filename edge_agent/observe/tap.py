@@ -19,7 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_observe import TapQueue
 
 # (topic, log time in ns since the Unix epoch, payload)
 Item = tuple[str, int, Any]
@@ -53,7 +56,7 @@ class Subscription:
         self.received += len(out)
         return out
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> TapQueue:
         return {"queued": len(self.queue), "dropped": self.dropped, "received": self.received,
                 "maxlen": self.maxlen}
 
@@ -96,7 +99,7 @@ class Tap:
         with self._lock:
             self._subs = tuple(s for s in self._subs if s is not sub)
 
-    def stats(self) -> dict[str, dict[str, int]]:
+    def stats(self) -> dict[str, TapQueue]:
         return {s.name: s.stats() for s in self._subs}
 
 
