@@ -1,5 +1,6 @@
 """Median / P99 / max of a sample in ms, its printed row, and an on/off ratio: the same-run
-comparison of the observer benches (hil/bench_shadow.py, hil/bench_recorder.py)."""
+comparison of the observer benches (hil/bench_shadow.py, hil/bench_recorder.py); and the figure
+records every bench writes with `--json PATH` for `python -m hil.bench` (hil/bench.py)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,76 @@ def ratio(on: dict[str, float], off: dict[str, float], key: str) -> str:
     if not on.get("n") or not off.get("n") or not off[key]:
         return "-"
     return f"{on[key] / off[key]:.2f}"
+
+
+# --------------------------------------------------------------------------- `--json` records
+# Each bench's `--json PATH` writes {"figures": [figure(...), ...], "extra": {...}}; hil.bench
+# runs the benches and adds the machine, the steal and the wall time of each one's window.
+
+def pct(xs: list[float], q: float) -> float:
+    """The sample at index int(q·n) of the sorted samples (as stats() takes the P99)."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def target(text: str, value: float | None, actual: float | None, *, at_least: bool = False,
+           met: bool | None = None) -> dict[str, object]:
+    """A target: its words, its number, and whether `actual` meets it (≤ value, or ≥ with
+    `at_least`; `met` given: a compound target the caller judged); None when unknown."""
+    if met is None and value is not None and actual is not None and actual == actual:
+        met = actual >= value if at_least else actual <= value
+    return {"text": text, "value": value, "met": met}
+
+
+def thin(xs: list[float], most: int = 1000) -> list[float]:
+    """At most `most` of `xs`, evenly strided (a plot's worth, kept in order)."""
+    if len(xs) <= most:
+        return [round(x, 6) for x in xs]
+    step = len(xs) / most
+    return [round(xs[int(k * step)], 6) for k in range(most)]
+
+
+def figure(name: str, unit: str, xs: list[float] | None = None, *,
+           st: dict[str, float] | None = None,
+           baseline: tuple[str, list[float] | dict[str, float]] | None = None,
+           ratio_of: str = "p99", tgt: dict[str, object] | None = None, notes: str = "",
+           samples: bool = False, series: list[tuple[float, float]] | None = None,
+           skipped: str | None = None) -> dict[str, object]:
+    """One figure's record: median / P99 / max / n of `xs` (or the precomputed `st`: n, p50,
+    p99, max), its baseline's median and P99 and the ratio of `ratio_of` ("p50", "p99"), the
+    target, notes; `samples` keeps a thinned copy of xs (a distribution plot), `series`
+    (t, value) points (a plot over time)."""
+    s = st if st is not None else stats(xs or [])
+    rec: dict[str, object] = {"name": name, "unit": unit, "n": int(s.get("n", 0)),
+                              "median": s.get("p50"), "p99": s.get("p99"), "max": s.get("max"),
+                              "baseline": None, "ratio": None, "ratio_of": ratio_of,
+                              "target": tgt, "notes": notes}
+    if baseline is not None:
+        bname, b = baseline
+        bs = b if isinstance(b, dict) else stats(b)
+        rec["baseline"] = {"name": bname, "median": bs.get("p50"), "p99": bs.get("p99"),
+                           "n": int(bs.get("n", 0))}
+        on, off = s.get(ratio_of), bs.get(ratio_of)
+        if on is not None and off:
+            rec["ratio"] = round(on / off, 3)
+        if samples and not isinstance(b, dict):
+            rec["baseline_samples"] = thin(b)
+    if samples and xs:
+        rec["samples"] = thin(xs)
+    if series:
+        idx = thin(list(range(len(series))), 2000)
+        rec["series"] = [[round(series[int(i)][0], 4), round(series[int(i)][1], 4)] for i in idx]
+    if skipped:
+        rec["skipped"] = skipped
+    return rec
+
+
+def write_json(path: str | None, figures: list[dict[str, object]], **extra: object) -> None:
+    """The `--json PATH` file (nothing when path is None)."""
+    if not path:
+        return
+    import json
+    from pathlib import Path
+
+    Path(path).write_text(json.dumps({"figures": figures, "extra": extra}, indent=1,
+                                     default=str))
