@@ -61,8 +61,16 @@ def num(x: Any) -> str:
     return str(x)
 
 
+def _rel(p: Path) -> str:
+    """`p` relative to the checkout where it is inside it, else its name."""
+    try:
+        return str(p.resolve().relative_to(ROOT))
+    except ValueError:
+        return p.name
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:48]
+    return re.sub(r"[^a-z0-9]+", "-", text.lower())[:40].strip("-")
 
 
 def _met(t: dict[str, Any] | None) -> str:
@@ -94,8 +102,9 @@ def plot(fig: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel("fraction ≤ x")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-        ax.set_title(f"distribution (n = {fig['n']:,}; thinned to {len(fig['samples'])})",
-                     fontsize=9)
+        ax.set_title(f"distribution (n = {fig['n']:,}"
+                     + (f"; {len(fig['samples'])} quantiles)" if fig["n"] > len(fig["samples"])
+                        else ")"), fontsize=9)
         f.tight_layout()
         f.savefig(out / f"{base}-cdf.png")
         plt.close(f)
@@ -108,7 +117,8 @@ def plot(fig: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylabel(fig["unit"])
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
-        ax.set_title("over time: " + fig["name"][:70], fontsize=9)
+        ax.set_title(f"over time ({len(ts):,} points, the worst of each bucket): "
+                     + fig["name"][:60], fontsize=9)
         f.tight_layout()
         f.savefig(out / f"{base}-time.png")
         plt.close(f)
@@ -181,7 +191,7 @@ def footprint_section(results: Path) -> list[str]:
     lines = ["## Footprint", ""]
     if isinstance(data.get("markdown"), str):
         return [*lines, data["markdown"].rstrip(), ""]
-    lines += [f"From `{files[-1].relative_to(ROOT)}`.", "", "| | |", "|---|--:|"]
+    lines += [f"From `{_rel(files[-1])}`.", "", "| | |", "|---|--:|"]
     lines += [f"| {k} | {num(v)} |" for k, v in data.items()
               if isinstance(v, int | float) and not isinstance(v, bool)]
     return [*lines, ""]
@@ -229,10 +239,7 @@ def page(r: dict[str, Any], src: str, perf: Path, results: Path) -> str:
 def render(path: Path, doc: Path = DOC, results: Path | None = None) -> Path:
     """Write `doc` (and its PNGs in doc's folder / perf) from the bench JSON at `path`."""
     r = json.loads(path.read_text())
-    try:
-        src = str(path.resolve().relative_to(ROOT))
-    except ValueError:
-        src = path.name
+    src = _rel(path)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(page(r, src, doc.parent / "perf", results or path.parent))
     return doc

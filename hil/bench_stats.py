@@ -47,12 +47,22 @@ def target(text: str, value: float | None, actual: float | None, *, at_least: bo
     return {"text": text, "value": value, "met": met}
 
 
-def thin(xs: list[float], most: int = 1000) -> list[float]:
-    """At most `most` of `xs`, evenly strided (a plot's worth, kept in order)."""
-    if len(xs) <= most:
-        return [round(x, 6) for x in xs]
-    step = len(xs) / most
-    return [round(xs[int(k * step)], 6) for k in range(most)]
+def quantiles(xs: list[float], most: int = 1000) -> list[float]:
+    """At most `most` evenly spaced order statistics of `xs`, the min and max included: a
+    distribution plot's worth that keeps the tail."""
+    s = sorted(xs)
+    if len(s) <= most:
+        return [round(x, 6) for x in s]
+    return [round(s[round(k * (len(s) - 1) / (most - 1))], 6) for k in range(most)]
+
+
+def worst_per_bucket(series: list[tuple[float, float]], most: int = 2000
+                     ) -> list[list[float]]:
+    """At most `most` (t, value) points: consecutive buckets, each its largest value (at the
+    bucket's first t), so a plot over time keeps every spike."""
+    k = max(1, -(-len(series) // most))
+    return [[round(series[i][0], 4), round(max(v for _, v in series[i:i + k]), 4)]
+            for i in range(0, len(series), k)]
 
 
 def figure(name: str, unit: str, xs: list[float] | None = None, *,
@@ -63,8 +73,8 @@ def figure(name: str, unit: str, xs: list[float] | None = None, *,
            skipped: str | None = None) -> dict[str, object]:
     """One figure's record: median / P99 / max / n of `xs` (or the precomputed `st`: n, p50,
     p99, max), its baseline's median and P99 and the ratio of `ratio_of` ("p50", "p99"), the
-    target, notes; `samples` keeps a thinned copy of xs (a distribution plot), `series`
-    (t, value) points (a plot over time)."""
+    target, notes; `samples` keeps up to 1,000 quantiles of xs and of the baseline (a
+    distribution plot), `series` (t, value) points, the worst per bucket (a plot over time)."""
     s = st if st is not None else stats(xs or [])
     rec: dict[str, object] = {"name": name, "unit": unit, "n": int(s.get("n", 0)),
                               "median": s.get("p50"), "p99": s.get("p99"), "max": s.get("max"),
@@ -79,12 +89,11 @@ def figure(name: str, unit: str, xs: list[float] | None = None, *,
         if on is not None and off:
             rec["ratio"] = round(on / off, 3)
         if samples and not isinstance(b, dict):
-            rec["baseline_samples"] = thin(b)
+            rec["baseline_samples"] = quantiles(b)
     if samples and xs:
-        rec["samples"] = thin(xs)
+        rec["samples"] = quantiles(xs)
     if series:
-        idx = thin(list(range(len(series))), 2000)
-        rec["series"] = [[round(series[int(i)][0], 4), round(series[int(i)][1], 4)] for i in idx]
+        rec["series"] = worst_per_bucket(series)
     if skipped:
         rec["skipped"] = skipped
     return rec

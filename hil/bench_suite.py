@@ -58,8 +58,10 @@ BENCHES: tuple[Bench, ...] = (
           ("--periods", "0.2", "--window", "10"), ("--periods", "10", "0.2", "--window", "60")),
     Bench("degraded", "hil.bench_degraded", "Health and degradation",
           "pick-and-place under each degradable fault vs no fault",
-          ("--n", "1", "--baseline-n", "2", "--faults", "camera,wrist_force",
-           "--rmse-reps", "0"),
+          # quick: the firmware's deadman at 2 × 250 ms, as bench_shadow and bench_recorder
+          # run it: on a loaded 2-core VM sim.toml's 50 ms (100 ms at the firmware) trips
+          ("--n", "1", "--baseline-n", "1", "--faults", "camera,wrist_force",
+           "--rmse-reps", "0", "--timeout-s", "40", "--set", "link.deadman_ms=250"),
           ("--n", "20", "--sim-gpu", "--triton", "--rmse-reps", "0")),
     Bench("fault_storm", "hil.bench_fault_storm", "Fault storm",
           "an e-stop a second: the control loop vs a quiet window, the reports delivered",
@@ -82,7 +84,7 @@ BENCHES: tuple[Bench, ...] = (
 # hil/bench_*.py modules the runner does not run, and why
 EXCLUDED: dict[str, str] = {
     "hil.bench_stats": "helpers the benches share (median / P99 / max, the --json records)",
-    "hil.bench_suite": "this list",
+    "hil.bench_suite": "this list of the benches hil.bench runs, not a bench",
     "hil.bench_page": "renders docs/PERFORMANCE.md from the results JSON",
     "hil.bench_contract": "a design comparison (TypedDict vs dataclass per event), not a "
                           "figure of the daemon",
