@@ -110,15 +110,15 @@ def plot(fig: dict[str, Any], out: Path) -> list[str]:
         plt.close(f)
         names.append(f"{base}-cdf.png")
     if fig.get("series"):
-        f, ax = plt.subplots(figsize=(7, 2.8), dpi=100)
+        f, ax = plt.subplots(figsize=(7, 3.0), dpi=100)
         ts, vs = zip(*fig["series"], strict=True)
         ax.plot(ts, vs, ".", markersize=2)
-        ax.set_xlabel("s since the first task started (task windows back to back)")
+        ax.set_xlabel("s since the first sample (the gaps between windows included)")
         ax.set_ylabel(fig["unit"])
         ax.set_yscale("log")
         ax.grid(True, alpha=0.3)
-        ax.set_title(f"over time ({len(ts):,} points, the worst of each bucket): "
-                     + fig["name"][:60], fontsize=9)
+        ax.set_title(f"{fig['name'][:80]}\nover time ({len(ts):,} points, the worst of each "
+                     "bucket)", fontsize=8)
         f.tight_layout()
         f.savefig(out / f"{base}-time.png")
         plt.close(f)
