@@ -188,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = ctl.call("model.shadow", uri=str(cand), sha256=sha)
                 if not r.get("ok"):
                     raise SystemExit(f"model.shadow refused: {r}")
-            if not ctl.call("task.start").get("ok"):
-                raise SystemExit(f"task {k + 1}: task.start refused")
+            started = ctl.call("task.start")
+            if not started.get("ok"):
+                raise SystemExit(f"task {k + 1}: task.start refused: {started}")
             t0 = request(rig, {"cmd": "ping"})["t"]
             wait_for(lambda: ctl.status()["mode"] != "running", 120, f"task {k + 1}", poll_s=0.5)
             t1 = request(rig, {"cmd": "ping"})["t"]
