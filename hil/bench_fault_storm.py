@@ -186,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.json, [
         figure("control loop during the storm (an e-stop a second): COMMAND period error",
                "ms", period_errors(storm_t, period)[0],
+               series=[(t - storm_t[0], e) for t, e in zip(
+                   storm_t[1:], period_errors(storm_t, period)[0], strict=True)],
                baseline=("quiet window, same run", period_errors(quiet_t, period)[0]),
                notes=f"{faults} e-stops; missed periods {storm.get('missed', 0):.0f} (quiet "
                      f"{quiet.get('missed', 0):.0f}), {held} of them while held"),
