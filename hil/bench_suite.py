@@ -67,7 +67,7 @@ BENCHES: tuple[Bench, ...] = (
           ("--n", "20", "--sim-gpu", "--triton", "--rmse-reps", "0")),
     Bench("fault_storm", "hil.bench_fault_storm", "Fault storm",
           "an e-stop a second: the control loop vs a quiet window, the reports delivered",
-          ("--seconds", "5", "--drain-s", "90"), ("--seconds", "60")),
+          ("--seconds", "5"), ("--seconds", "60")),
     Bench("recorder", "hil.bench_recorder", "Observers (on vs off)",
           "flight recorder ring / capture vs off",
           ("--rounds", "1", "--window-s", "4", "--settle-s", "2"),
