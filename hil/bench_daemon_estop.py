@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hil.bench_stats import figure, stats, target, write_json
 from hil.daemon_proc import request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
 
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also time N MQTT `estop` commands → STOP frame at the robot")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable), e.g. control.priority=0")
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-estop-"))
     broker = None
@@ -211,7 +213,26 @@ def main(argv: list[str] | None = None) -> int:
           + " (a late rig stamps a STOP late: it counts in the reaction above)")
     print(f"rig: {rig_info}")
     print(f"logs: {tmp / 'daemon.log'}")
+    write_json(args.json, figures(reaction, wire, base, mqtt_ms, lat["unanswered"], len(late)))
     return 0
+
+
+def figures(reaction: list[float], wire: list[float], base: list[float], mqtt_ms: list[float],
+            unanswered: int, late: int) -> list[dict[str, object]]:
+    """The `--json` figure records (hil.bench); targets from issue 32."""
+    b = ("bare pty round trip", base)
+    r, bs = stats(reaction), stats(base)
+    ratio = r["p99"] / bs["p99"] if r.get("n") and bs.get("n") and bs["p99"] else None
+    out = [figure("hardware e-stop, daemon up: button edge → STOP at the robot", "ms", reaction,
+                  baseline=b, samples=True, notes=f"presses unanswered {unanswered}; rig ticks "
+                  f"late over a tick in the window {late} (they count in the figure)",
+                  tgt=target("P99 ≤ 0.3 ms and ≤ 4 × the pty round trip", 0.3, r.get("p99"),
+                             met=None if ratio is None else r["p99"] <= 0.3 and ratio <= 4)),
+           figure("hardware e-stop, from the edge's frame on the wire", "ms", wire, baseline=b)]
+    if mqtt_ms:
+        out.append(figure("MQTT e-stop: publish → STOP at the robot", "ms", mqtt_ms, baseline=b,
+                          samples=True, notes="daemon latched: each publish must still STOP"))
+    return out
 
 
 if __name__ == "__main__":

@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any
 
 from hil import kalman_rmse
+from hil.bench_stats import write_json
 from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.degraded_faults import FAULTS, Fault, storm_rig_config
-from hil.degraded_tally import Run, report
+from hil.degraded_tally import Run, figures, report
 from hil.steal import StealMeter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(configs/rig/default.toml: 0.05, under any max_ratio)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable)")
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = ap.parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a log file
     # a SIGTERM unwinds like ^C: the daemon (its own session) and the broker are stopped
@@ -339,10 +341,12 @@ def main(argv: list[str] | None = None) -> int:
         base = bench.run(None)
         report("baseline (no fault)", base, None)  # each as it ends: a cut-short run tells too
         results: list[tuple[str, Run]] = []
+        skipped: dict[str, str] = {}
         for f in faults:
             why = bench.skip_reason(f)
             if why is not None:
                 print(f"{f.name}: skipped: {why}", flush=True)
+                skipped[f.name] = why
                 continue
             results.append((f.name, bench.run(f)))
             report(f.name, results[-1][1], base)
@@ -359,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     report("baseline (no fault)", base, None)
     for name, r in results:
         report(name, r, base)
+    write_json(args.json, figures(base, results), skipped=skipped)
     if args.rmse_reps > 0:
         kalman_rmse.main(args.rmse_reps, tmp)
     print(f"logs: {tmp}")

@@ -27,6 +27,7 @@ from typing import Any
 
 from hil.bench_control_loop import fmt, period_errors, summarize
 from hil.bench_daemon_estop import private_broker
+from hil.bench_stats import figure, target, write_json
 from hil.daemon_proc import Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
 from hil.webhook_receiver import Receiver
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="how long to wait for the outbox to deliver everything after the storm")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra daemon config override (repeatable)")
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = ap.parse_args(argv)
     period = 1.0 / args.rate_hz
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-storm-"))
@@ -180,6 +182,23 @@ def main(argv: list[str] | None = None) -> int:
         kinds[k] = kinds.get(k, 0) + 1
     print(f"  messages by type: {kinds}")
     print(f"logs: {tmp / 'daemon.log'}")
+    most = most_in_window(arrivals, 60.0)
+    write_json(args.json, [
+        figure("control loop during the storm (an e-stop a second): COMMAND period error",
+               "ms", period_errors(storm_t, period)[0],
+               series=[(t - storm_t[0], e) for t, e in zip(
+                   storm_t[1:], period_errors(storm_t, period)[0], strict=True)],
+               baseline=("quiet window, same run", period_errors(quiet_t, period)[0]),
+               notes=f"{faults} e-stops; missed periods {storm.get('missed', 0):.0f} (quiet "
+                     f"{quiet.get('missed', 0):.0f}), {held} of them while held"),
+        figure("webhook messages in any 60 s of the storm", "messages",
+               st={"n": 1, "p50": most, "p99": most, "max": most},
+               tgt=target("≤ 20 a minute; every report delivered to every sink", 20, most,
+                          met=most <= 20 and not rep["dropped"] and all(
+                              int(n) >= rep["built"] for n in rep["delivered"].values())),
+               notes=f"reports built {rep['built']}, delivered {rep['delivered']}, dropped "
+                     f"{rep['dropped']}; carried {len(set(ids))} distinct; outbox drained "
+                     f"{drain_s:.1f} s after the storm")])
     return 0
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from hil.bench_stats import figure, target, write_json
 from hil.sim.control import request as rig_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -237,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(0: none). The rig stands for the robots' own firmware: it must not be "
                     "starved by the host under test (the guardians run at FIFO 30), else it "
                     "timestamps late and the figures measure the rig")
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = ap.parse_args(argv)
     n = args.daemons
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-fleet-"))
@@ -343,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
     if samples:
         verdict = "meets" if pct(samples, 0.99) <= 50.0 and not misses else "MISSES"
         print(f"  target P99 ≤ 50 ms: {verdict}")
+    write_json(args.json, [figure(
+        f"fleet e-stop: one publish → STOP at each of {n} robots", "ms", samples,
+        baseline=("broker pub → sub round trip", base), samples=True,
+        tgt=target("P99 ≤ 50 ms, no miss", 50.0, pct(samples, 0.99) if samples else None,
+                   met=bool(samples) and pct(samples, 0.99) <= 50.0 and not misses),
+        notes=f"{args.trials} trials; misses {misses}; fleet (last robot) P99 "
+              f"{pct(fleet, 0.99) if fleet else '-'} ms")])
     return 0
 
 

@@ -34,6 +34,7 @@ from edge_agent.link.codec import Command, Enable, Frame, GripperMode, GState, M
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_rules import GuardianFlag
 from edge_agent.link.transport import PortLost, open_transport
+from hil.bench_stats import figure, stats, target, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOT = ROOT / "configs" / "robot" / "edge-arm-4.toml"
@@ -216,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-load", action="store_true", help="no CPU-bound thread")
     p.add_argument("--robot", default=str(ROBOT))
     p.add_argument("-v", "--verbose", action="store_true", help="print the guardian's log")
+    p.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     p.add_argument("--echo", metavar="PATH", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.echo:
@@ -247,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
           f"POSITION commands forwarded to the tty {g['position_commands']}; "
           f"resets {g['resets']}, enables {g['enables']}, send errors {g['send_errors']} "
           f"{g.get('last_send_error', '')}")
+    lat = [x / 1e6 for x in g["lat_ns"]]
+    write_json(args.json, [figure(
+        "guardian e-stop: ESTOP_EDGE → STOP at the peer (pty, CPU-bound thread beside)", "ms",
+        lat, baseline=("pty echo round trip", [x / 1e6 for x in base["lat_ns"]]),
+        tgt=target("P99 ≤ 1 ms", 1.0, stats(lat).get("p99")), samples=True,
+        notes=f"misses {g['misses']} (baseline {base['misses']}); SCHED_FIFO "
+              f"{'granted' if g.get('realtime') else 'not granted'}; the guardian's own share "
+              f"(select() → STOP written) P99 "
+              + (f"{own['p99_ms']:.3f} ms" if own.get("n") else "not logged"))])
     return 0
 
 

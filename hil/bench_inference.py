@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hil.bench_stats import figure, stats, target, write_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,7 +49,7 @@ def _make_model(d: Path) -> Path:
     return make_policy(d, "policy", seed=0)
 
 
-def bench_local(model: Path, n: int) -> None:
+def bench_local(model: Path, n: int) -> dict[str, list[float]]:
     import numpy as np
     import onnxruntime as ort
 
@@ -85,6 +87,7 @@ def bench_local(model: Path, n: int) -> None:
     r = _row("router.decide (obs → action + record)", t_router)
     print(f"router/bare P99 ratio {r['p99'] / b['p99']:.2f} (target <= 3), "
           f"median overhead {r['p50'] - b['p50']:.1f} us; {len(journal) - 200} records")
+    return {"router_us": [x * 1e6 for x in t_router], "bare_us": [x * 1e6 for x in t_bare]}
 
 
 _LOAD_SNIPPET = """
@@ -108,7 +111,7 @@ _IMPORT_SNIPPET = ("import json, time; t = time.perf_counter(); import onnxrunti
                    "print(json.dumps({'ort_ms': (time.perf_counter() - t) * 1e3}))")
 
 
-def bench_load(model: Path, runs: int = 5) -> None:
+def bench_load(model: Path, runs: int = 5) -> list[dict[str, float]]:
     print("\n== load() → first possible decision (fresh interpreter each run) ==")
     res: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory() as d:
@@ -128,9 +131,10 @@ def bench_load(model: Path, runs: int = 5) -> None:
                       ("first_decision_ms", "first decision after load")):
         v = sorted(r[key] for r in res)
         print(f"{what:<52} median {v[len(v) // 2]:8.1f} ms   max {v[-1]:8.1f} ms")
+    return res
 
 
-def bench_triton(url: str, model: Path, n: int) -> None:
+def bench_triton(url: str, model: Path, n: int) -> dict[str, list[float]]:
     import numpy as np
     import tritonclient.grpc as grpcclient
 
@@ -173,6 +177,7 @@ def bench_triton(url: str, model: Path, n: int) -> None:
           f"{'met' if r['p99'] <= 5 else 'NOT met'}")
     client.close()
     router.stop()
+    return {"router_ms": [x * 1e3 for x in t_dec], "bare_ms": [x * 1e3 for x in t_bare]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton", action="store_true", help="start a pytriton server")
     ap.add_argument("--triton-url", help="host:port of a running Triton serving `policy`")
     ap.add_argument("--load-runs", type=int, default=5)
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     a = ap.parse_args(argv)
+    why: str | None = None if a.triton or a.triton_url else "not asked (--triton)"
+    tri: dict[str, list[float]] | None = None
     with tempfile.TemporaryDirectory() as d:
         model = a.model or _make_model(Path(d))
-        bench_local(model, a.n)
-        bench_load(model, a.load_runs)
+        local = bench_local(model, a.n)
+        load = bench_load(model, a.load_runs)
         server: Any = None
         url = a.triton_url
         if a.triton and not url:
@@ -198,15 +206,42 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n== Triton loopback skipped: {why}")
             else:
                 server = TritonServer(model, Path(d) / "triton.log")
-                server.start()
-                url = server.url
+                try:
+                    server.start()
+                    url = server.url
+                except Exception as exc:  # say why, go on: the local figures stand
+                    why = f"the pytriton server did not start: {type(exc).__name__}: {exc}"
+                    print(f"\n== Triton loopback skipped: {why}")
         try:
             if url:
-                bench_triton(url, model, max(200, a.n // 10))
+                tri = bench_triton(url, model, max(200, a.n // 10))
         finally:
             if server is not None:
                 server.stop()
+    write_json(a.json, figures(local, load, tri, why))
     return 0
+
+
+def figures(local: dict[str, list[float]], load: list[dict[str, float]],
+            tri: dict[str, list[float]] | None, why: str | None) -> list[dict[str, object]]:
+    """The `--json` figure records (hil.bench); the decision target from issue 32."""
+    r, b = stats(local["router_us"]), stats(local["bare_us"])
+    out = [figure("policy decision: router.decide (obs → action + record)", "µs",
+                  local["router_us"], baseline=("bare onnxruntime session.run",
+                                                local["bare_us"]), samples=True,
+                  tgt=target("P99 ≤ 1.5 × bare onnxruntime (issue 32)", 1.5,
+                             r["p99"] / b["p99"] if b.get("p99") else None)),
+           figure("load() → first possible decision (fresh interpreter)", "ms",
+                  [x["load_ms"] for x in load], ratio_of="p50",
+                  baseline=("import onnxruntime alone", [x["ort_ms"] for x in load]))]
+    name = "Triton loopback decision via the inference worker"
+    if tri is None:
+        out.append(figure(name, "ms", [], skipped=why or "no server"))
+    else:
+        out.append(figure(name, "ms", tri["router_ms"], samples=True,
+                          baseline=("bare tritonclient infer", tri["bare_ms"]),
+                          tgt=target("P99 ≤ 5 ms", 5.0, stats(tri["router_ms"]).get("p99"))))
+    return out
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from edge_agent.link.codec import Enable, Frame, FrameDecoder, Hello, Status, en
 from edge_agent.robot import RobotDescription, load_robot
 from edge_agent.sensors.hub import SensorHub
 from edge_agent.sensors.kalman import EstimatorBank
+from hil.bench_stats import figure, write_json
 from hil.lockstep import Lockstep
 
 ROBOT = "configs/robot/edge-arm-4.toml"
@@ -99,12 +100,13 @@ def row(name: str, runs: list[list[int]]) -> float:
     return mean
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=20000, help="STATUS frames per run")
     ap.add_argument("--repeat", type=int, default=3, help="runs per row (best reported)")
     ap.add_argument("--profile", action="store_true", help="cProfile the estimators case")
-    args = ap.parse_args()
+    ap.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
+    args = ap.parse_args(argv)
 
     robot = load_robot(ROBOT)
     statuses = firmware_statuses(robot, args.n)
@@ -122,6 +124,8 @@ def main() -> None:
         dec = FrameDecoder()
         decode_runs.append(time_calls(dec.feed, wires))
     base = row("baseline: FrameDecoder.feed (one frame)", decode_runs)
+    best_decode = [x / 1e3 for x in min(decode_runs, key=statistics.median)]
+    records = []
 
     for label, est in (("no estimators", False), ("estimators attached", True)):
         runs = []
@@ -130,6 +134,13 @@ def main() -> None:
             runs.append(time_calls(mirror.on_frame, frames))
         mean = row(f"LinkMirror.on_frame(STATUS) [{label}]", runs)
         print(f"{'':<44} = {mean / base:.2f} x decode;  counters {hub.counters()}")
+        records.append(figure(
+            f"link reader per STATUS frame ({label})", "µs",
+            [x / 1e3 for x in min(runs, key=statistics.median)], ratio_of="p50",
+            baseline=("FrameDecoder.feed, one frame", best_decode),
+            notes=f"mean {mean:.2f} µs = {mean / 10:.2f} % of a core at 1 kHz; best of "
+                  f"{args.repeat} runs"))
+    write_json(args.json, records)
 
     if args.profile:
         mirror, _hub, _events = make_mirror(robot, True)

@@ -34,6 +34,7 @@ from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
+from hil.bench_stats import figure, write_json
 from hil.daemon_proc import Control, start_sim_daemon, stop_daemon, wait_for
 from hil.foxglove_client import FoxgloveClient
 
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scrape-s", type=float, default=1.0, help="seconds between scrapes")
     p.add_argument("--estop-edges", type=int, default=0,
                    help="per round, also the e-stop reaction off vs on over N press edges")
+    p.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = p.parse_args(argv)
     rows, estops = [], []
     for _ in range(args.rounds):
@@ -201,6 +203,18 @@ def main(argv: list[str] | None = None) -> int:
             a, b = off[len(off) // 2], on_[len(on_) // 2]
             summary["estop_" + key] = {"off": a, "on": b, "ratio": round(b / a, 2) if a else None}
     print(json.dumps({"summary": summary, "rounds": args.rounds}))
+    on = [r for r in rows if r["arm"] == "on"]
+    scrape = sorted(x for r in on for x in [(r["scrape_ms"] or {}).get("p99")] if x is not None)
+    write_json(args.json, [figure(
+        "idle control loop lateness, metrics scraped every "
+        f"{args.scrape_s:g} s + live view subscribed to every channel", "ms",
+        st={"n": len(on), "p50": None, "p99": summary["late_p99_ms"]["on"],
+            "max": summary["max_late_ms"]["on"]},
+        baseline=("observers off, same run", {"n": len(rows) - len(on), "p50": None,
+                                              "p99": summary["late_p99_ms"]["off"]}),
+        notes=f"status.loop's lateness P99 and max, median over {args.rounds} round(s) of "
+              f"{args.window:g} s arms; n = arms; scrape P99 "
+              f"{scrape[len(scrape) // 2] if scrape else '-'} ms")], summary=summary)
     return 0
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.bench_control_loop import period_errors
+from hil.bench_stats import figure, write_json
 from hil.bench_stats import fmt as _fmt
 from hil.bench_stats import ratio as _ratio
 from hil.bench_stats import stats as _stats
@@ -96,7 +97,8 @@ def _window(tmp: Path, mode: str, window_s: float, settle_s: float) -> dict[str,
 MODES = ("off", "ring", "capture")
 
 
-def daemon_run(rounds: int, window_s: float, settle_s: float) -> None:
+def daemon_run(rounds: int, window_s: float, settle_s: float) -> list[dict[str, object]]:
+    """The default run (see the module docstring); returns its `--json` figure records."""
     err: dict[str, list[float]] = {m: [] for m in MODES}
     missed = dict.fromkeys(MODES, 0)
     cpu, seconds, mcap = [], [], []
@@ -131,6 +133,13 @@ def daemon_run(rounds: int, window_s: float, settle_s: float) -> None:
           f"({100 * sum(cpu) / sum(seconds):.1f} % of a core, the pre_s backlog included); "
           f"MCAP {sum(b for b, _ in mcap) / sum(s for _, s in mcap) * 60 / 1e6:.1f} MB per "
           f"minute of recording")
+    what = {"ring": "recorder on (ring only, the usual state)",
+            "capture": "recorder on with a capture open"}
+    return [figure(f"idle control loop, {what[m]}: COMMAND period error", "ms", err[m],
+                   baseline=("recorder off, same run", err["off"]),
+                   notes=f"missed {missed[m]} (off {missed['off']})" + (
+                       f"; recorder CPU {100 * sum(cpu) / sum(seconds):.1f} % of a core"
+                       if m == "capture" else "")) for m in MODES[1:]]
 
 
 def in_process(seconds: float) -> None:
@@ -199,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--settle-s", type=float, default=5.0)
     ap.add_argument("--in-process", action="store_true")
     ap.add_argument("--seconds", type=float, default=10.0, help="--in-process: per phase")
+    ap.add_argument("--json", metavar="PATH",
+                    help="write the figure records here (hil.bench; the default run only)")
     a = ap.parse_args(argv)
     if a.in_process:
         in_process(a.seconds)
     else:
-        daemon_run(a.rounds, a.window_s, a.settle_s)
+        write_json(a.json, daemon_run(a.rounds, a.window_s, a.settle_s))
     return 0
 
 

@@ -28,6 +28,7 @@ from edge_agent.link.codec import Frame, FrameDecoder, GState, Ping, Pong, SeqCo
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_rules import GuardianFlag
 from hil.bench_guardian_estop import HEADER, ROBOT, CpuLoad, make_pty, start_peer, summary_row
+from hil.bench_stats import figure, write_json
 
 
 def _gap(rng: random.Random, gap_ms: tuple[float, float]) -> None:
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gap-ms", type=float, nargs=2, default=(1.0, 2.0))
     p.add_argument("--load", action="store_true", help="a CPU-bound thread in this process")
     p.add_argument("--robot", default=str(ROBOT))
+    p.add_argument("--json", metavar="PATH", help="write the figure records here (hil.bench)")
     args = p.parse_args(argv)
     sys.setswitchinterval(0.0005)
     load = CpuLoad() if args.load else None
@@ -140,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     print(summary_row("through the guardian", g["lat_ns"], f"misses {g['misses']}"))
     print(f"guardian: SCHED_FIFO {'granted' if g.get('realtime') else 'not granted'} "
           f"(asked {args.priority}); frames relayed to the daemon {g['relayed']}")
+    write_json(args.json, [figure(
+        "link round trip: PING → PONG through the guardian (STATUS 1 kHz alongside)", "ms",
+        [x / 1e6 for x in g["lat_ns"]], samples=True,
+        baseline=("bare pyserial on a pty", [x / 1e6 for x in base["lat_ns"]]),
+        notes=f"misses {g['misses']} (baseline {base['misses']}); CPU-bound thread "
+              f"{'yes' if args.load else 'no'}; SCHED_FIFO "
+              f"{'granted' if g.get('realtime') else 'not granted'}")])
     return 0
 
 

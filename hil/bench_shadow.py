@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.bench_control_loop import period_errors
+from hil.bench_stats import figure, write_json
 from hil.bench_stats import fmt as _fmt
 from hil.bench_stats import ratio as _ratio
 from hil.bench_stats import stats as _stats
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--priority", type=int, default=20,
                     help="--in-process: the loop thread's SCHED_FIFO priority, as "
                          "control.priority (0: SCHED_OTHER)")
+    ap.add_argument("--json", metavar="PATH",
+                    help="write the figure records here (hil.bench; the daemon run only)")
     a = ap.parse_args(argv)
     if a.in_process:
         in_process(a.candidate or SHIPPED, a.pairs, worker_priority=a.worker_priority,
@@ -185,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = ctl.call("model.shadow", uri=str(cand), sha256=sha)
                 if not r.get("ok"):
                     raise SystemExit(f"model.shadow refused: {r}")
-            if not ctl.call("task.start").get("ok"):
-                raise SystemExit(f"task {k + 1}: task.start refused")
+            started = ctl.call("task.start")
+            if not started.get("ok"):
+                raise SystemExit(f"task {k + 1}: task.start refused: {started}")
             t0 = request(rig, {"cmd": "ping"})["t"]
             wait_for(lambda: ctl.status()["mode"] != "running", 120, f"task {k + 1}", poll_s=0.5)
             t1 = request(rig, {"cmd": "ping"})["t"]
@@ -232,6 +236,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{', '.join(f'{x:.3f}' for x in p99)} ms, agreement "
           f"{', '.join(f'{100 * x:.1f} %' for x in agree)}")
     print(f"logs: {tmp / 'daemon.log'}")
+    note = f"{ok_tasks[True]}/{a.pairs} tasks succeeded (off {ok_tasks[False]}/{a.pairs})"
+    write_json(a.json, [
+        figure("control loop mid-task, shadow on: COMMAND period error", "ms", err[True],
+               baseline=("shadow off, same run", err[False]),
+               notes=f"missed {missed[True]} (off {missed[False]}); {note}"),
+        figure("acting decision latency, shadow on (decision journal)", "ms", lat[True],
+               baseline=("shadow off, same run", lat[False]),
+               notes=f"shadow compared {n} decisions, dropped {dropped}")])
     return 0
 
 

@@ -50,8 +50,26 @@ class Control:
 
 
 def request(path: Path, req: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
-    """One JSON-line request on the control socket at `path`; the daemon's reply."""
+    """One JSON-line request on the control socket at `path`; the daemon's reply. The rig's
+    `record` is read whole: a minute of COMMAND frames at 500 Hz is several MB, over the 1 MiB
+    that json_line_request reads from a socket it does not trust (#27.1); the bench started
+    this rig itself."""
+    if req.get("cmd") == "record":
+        return _whole_reply(path, req, timeout)
     return json_line_request(path, req, timeout, what=str(req.get("cmd")))
+
+
+def _whole_reply(path: Path, req: dict[str, Any], timeout: float) -> dict[str, Any]:
+    import json
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(json.dumps(req).encode() + b"\n")
+        with sock.makefile("rb") as reader:
+            reply: dict[str, Any] = json.loads(reader.readline())
+    return reply
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll_s: float = 0.05) -> None:

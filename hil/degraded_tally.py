@@ -62,3 +62,25 @@ def report(name: str, r: Run, base: Run | None) -> None:
     print(f"  fault -> mode (degraded event): {describe(r.to_mode)}; no event: {r.missed_mode}")
     print(f"  fault end -> recovered event:  {describe(r.to_recovered)}; "
           f"none: {r.missed_recovery}")
+
+
+def figures(base: Run, results: list[tuple[str, Run]]) -> list[dict[str, object]]:
+    """The `--json` figure records (hil.bench): per fault, the task duration beside the
+    no-fault baseline's, the target on the success rate (≥ 95 %)."""
+    from hil.bench_stats import figure, target
+
+    out = []
+    for name, r in results:
+        ok = r.outcomes.count("success")
+        rate = 100 * ok / max(1, len(r.outcomes))
+        lat = (f"fault → stop median {statistics.median(r.to_stop):.3f} s" if r.to_stop else
+               f"fault → mode median {statistics.median(r.to_mode):.3f} s" if r.to_mode else
+               "no mode event")
+        out.append(figure(
+            f"pick-and-place task under `{name}`", "s", r.durations, ratio_of="p50",
+            baseline=("no fault", base.durations),
+            tgt=target("success ≥ 95 %", 95.0, rate, at_least=True),
+            notes=f"success {ok}/{len(r.outcomes)} = {rate:.0f} % (baseline "
+                  f"{base.outcomes.count('success')}/{len(base.outcomes)}); {lat}; modes "
+                  f"{r.modes or 'none'}"))
+    return out

@@ -111,6 +111,11 @@ RULES: list[tuple[str, str, str]] = [
     ("", r"^(\.venv/bin/)?edge-agent run\b",
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),
     ("", r"^(\.venv/bin/)?edge-agent (doctor|check-config|reports|journal)\b", _ROBOT_PATHS),
+    ("", r"^python3? -m hil\.bench --list$", HERE),
+    ("", r"^python3? -m hil\.bench_page\b",
+     "rewrites docs/PERFORMANCE.md and docs/perf/ from the newest hil/results JSON "
+     "(tests/test_bench_runner.py renders a fixture JSON into a scratch directory)"),
+    ("", r"^python3? -m hil\.bench\b", _BENCH),
     ("", r"^python3? -m hil\.(bench_|sim\.bench\b|kalman_rmse\b)", _BENCH),
     ("", r"^python3? -m hil\.foxglove_layout\b",
      "rewrites docs/foxglove/edge-agent-live.json (tests/test_liveview.py checks the file is "
