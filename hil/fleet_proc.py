@@ -27,6 +27,8 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from edge_agent.comms.mqtt_common import Topics
+
 ROOT = Path(__file__).resolve().parents[1]
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
@@ -185,7 +187,7 @@ class Fleet:
         watcher = self.client(0, "fleet-proc-watch")
         watcher.on_message = lambda c, u, m: seen.__setitem__(m.topic.split("/")[1],
                                                                 json.loads(m.payload))
-        watcher.subscribe("edge/+/state", 1)
+        watcher.subscribe(Topics("edge/+").state, 1)
         t0 = time.monotonic()
         try:
             for i, (d, pty) in enumerate(zip(self.devices, self.ptys, strict=True)):

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from edge_agent.comms.mqtt_common import Topics, to_payload
 from hil.fleet_proc import ROOT, Fleet, wait
 
 pytestmark = pytest.mark.slow
@@ -122,8 +123,6 @@ def _inject_on_trial(f: Fleet, devices: set[str], sha: str) -> threading.Event:
             for name, body in (("failure.inject", {"target": "model", "mode": "slow",
                                                     "latency_ms": 8, "duration_s": 60}),
                                ("task.start", {"task": "pick_place"})):
-                from edge_agent.comms.mqtt_common import Topics, to_payload
-
                 client.publish(Topics(f"edge/{device}").cmd(name),
                                to_payload({"id": f"inj-{device}-{name}", **body}), qos=1)
             hit.add(device)
@@ -131,7 +130,7 @@ def _inject_on_trial(f: Fleet, devices: set[str], sha: str) -> threading.Event:
                 done.set()
 
     c.on_message = on_message
-    c.subscribe("edge/+/event", 1)
+    c.subscribe(Topics("edge/+").event, 1)
     return done
 
 
