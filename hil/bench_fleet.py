@@ -2,10 +2,10 @@
 
     python -m hil.bench_fleet [--daemons 5,10,15] [--brokers 3] [--trials 15] [--period-s 1.5]
 
-For each N (growing; it stops growing when a fleet e-stop is missed or the machine saturates:
-load average above --max-load per core at the end of a step): hil/fleet_proc.py starts the
-cluster (node 0 bridged to nodes 1 and 2; daemon i on node i % 3), one rig process serving N
-ptys and N daemons in the no-spin fleet profile. Then:
+For each N (growing; it stops growing when a fleet e-stop is missed or the fleet's own
+processes use more than --max-cpu % of all CPUs: the load average also counts other work),
+hil/fleet_proc.py starts the cluster (node 0 bridged to nodes 1 and 2; daemon i on node
+i % 3), one rig process serving N ptys and N daemons in the no-spin fleet profile. Then:
 
 - broker time (same-run baseline): an operator's publish on node 1 → a subscriber on node 2
   (two bridge hops through node 0) and on node 1 itself, round trips, median / P99 / max;
@@ -193,7 +193,8 @@ def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "react": stats(react_ms), "far": stats(far), "near": stats(near), "misses": misses,
             "trials": args.trials, "daemon_cpu": sum(d_cpu) / n, "daemon_rss": sum(d_rss) / n,
             "broker_cpu": [cpu[p.pid] for p in fleet.brokers],
-            "rig_cpu": cpu[fleet.rig.pid] if fleet.rig else 0.0, "load": load}
+            "rig_cpu": cpu[fleet.rig.pid] if fleet.rig else 0.0, "load": load,
+            "fleet_cpu": sum(cpu.values())}
 
 
 def report(r: dict[str, Any]) -> None:
@@ -215,7 +216,8 @@ def report(r: dict[str, Any]) -> None:
           f"wall (a process: interpreter, imports, the settle wait)")
     print(f"  per daemon: CPU {r['daemon_cpu']:.1f} %, RSS {r['daemon_rss']:.0f} MB; brokers "
           f"CPU {', '.join(f'{c:.1f}' for c in r['broker_cpu'])} %; rig CPU "
-          f"{r['rig_cpu']:.1f} %; {r['rate']:.1f} messages/s per robot at idle")
+          f"{r['rig_cpu']:.1f} %; all of the fleet's processes {r['fleet_cpu']:.0f} % of one "
+          f"CPU; {r['rate']:.1f} messages/s per robot at idle")
 
 
 def projection(r: dict[str, Any]) -> None:
@@ -247,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--period-s", type=float, default=1.5)
     ap.add_argument("--settle-s", type=float, default=1.0)
     ap.add_argument("--rig-fifo", type=int, default=40)
-    ap.add_argument("--max-load", type=float, default=3.0,
-                    help="stop growing when the load average per CPU exceeds this")
+    ap.add_argument("--max-cpu", type=float, default=90.0,
+                    help="stop growing when the fleet's own processes (daemons, rig, brokers) "
+                         "use more than this %% of all CPUs")
     args = ap.parse_args(argv)
     print(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
     results = []
@@ -259,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
         if r["misses"]:
             print(f"  → misses at N = {n}: stop growing")
             break
-        if r["load"] / (os.cpu_count() or 1) > args.max_load:
-            print(f"  → load {r['load']:.1f} over {args.max_load} per CPU: stop growing")
+        used = r["fleet_cpu"] / (os.cpu_count() or 1)
+        if used > args.max_cpu:
+            print(f"  → the fleet's processes use {used:.0f} % of all CPUs (> {args.max_cpu:g}): "
+                  "stop growing")
             break
     ok = [r for r in results if not r["misses"]]
     print(f"\nlargest N with no missed e-stop: {ok[-1]['n'] if ok else 'none'} "

@@ -98,6 +98,7 @@ def test_rollout_commits_in_waves(fleet: dict[str, Any]) -> None:
     r = fleet_cli(f, "rollout", str(a), "--canary", "1", "--wave", "100%", "--abort-at", "50%",
                   "--drive-task", "pick_place", "--trial-timeout-s", "120",
                   "--report", str(report))
+    print(r.stdout)
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(report.with_suffix(".json").read_text())
     assert data["result"] == "completed"
@@ -141,6 +142,7 @@ def test_rollout_aborted_wave_rolls_back(fleet: dict[str, Any]) -> None:
     report = fleet["tmp"] / "rollout-b"
     r = fleet_cli(f, "rollout", str(b), "--canary", "1", "--wave", "100%", "--abort-at", "50%",
                   "--previous", str(a), "--trial-timeout-s", "120", "--report", str(report))
+    print(r.stdout)
     assert injected.is_set()
     assert r.returncode == 1, r.stdout + r.stderr
     data = json.loads(report.with_suffix(".json").read_text())
@@ -160,7 +162,11 @@ def test_rollout_aborted_wave_rolls_back(fleet: dict[str, Any]) -> None:
 
 def test_fleet_estop_counts_every_robot(fleet: dict[str, Any]) -> None:
     f = fleet["fleet"]
-    r = fleet_cli(f, "estop", "--deadline-s", "5", "--json")
+    r = fleet_cli(f, "estop", "--deadline-s", "5")
+    print(r.stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{N}/{N} robots confirmed the e-stop" in r.stdout
+    r = fleet_cli(f, "estop", "--deadline-s", "5", "--json")  # a repeated one: events answer
     assert r.returncode == 0, r.stdout + r.stderr
     out = json.loads(r.stdout)
     assert out["stopped"] == f.devices and out["no_answer"] == [] and out["confirmed"]

@@ -3,9 +3,11 @@
 **What counts as an acknowledgement**: after the publish, a robot's `stop` event (published
 on every latch trip, a repeated e-stop included) with `kind` `estop` and `cause` `estop_fleet`,
 or its retained `state` with `stop.kind` `estop` and `estop_fleet` among `stop.causes` (or as
-`stop.cause`) that arrives after the publish. Either is the daemon saying its latch holds
-because of this e-stop; the latch itself commanded the firmware's STOP first (DESIGN.md "Stop
-model": the latch trips before anything is published). Robots whose retained presence says
+`stop.cause`) that arrives after the publish — unless its state said so before the publish
+already (a robot still latched by an earlier fleet e-stop: then only the `stop` event counts).
+Either is the daemon saying its latch holds because of this e-stop; the latch itself commanded
+the firmware's STOP first (DESIGN.md "Stop model": the latch trips before anything is
+published). Robots whose retained presence says
 `offline` cannot answer: they are listed apart and count as unconfirmed, as do online robots
 silent until `--deadline-s`. Exit code 1 when any robot did not confirm.
 """
@@ -63,6 +65,8 @@ def fleet_estop(bus: FleetBus, topic: str, deadline_s: float, reason: str) -> Es
     (`bus.settle()` first)."""
     robots: list[Robot] = bus.snapshot()
     expected = {r.device for r in robots if r.online}
+    # latched by a fleet e-stop already: a later state says nothing new, only a stop event does
+    latched = {r.device for r in robots if r.state is not None and is_ack("state", r.state)}
     acks: dict[str, dict[str, Any]] = {}
     lock = threading.Lock()
     t0 = [float("inf")]
@@ -70,6 +74,8 @@ def fleet_estop(bus: FleetBus, topic: str, deadline_s: float, reason: str) -> Es
 
     def on_message(robot: Robot, kind: str, payload: dict[str, Any], at: float) -> None:
         if at < t0[0] or not is_ack(kind, payload):
+            return
+        if kind == "state" and robot.device in latched:
             return
         with lock:
             if robot.device not in acks:
