@@ -4,7 +4,9 @@
 on every latch trip, a repeated e-stop included) with `kind` `estop` and `cause` `estop_fleet`,
 or its retained `state` with `stop.kind` `estop` and `estop_fleet` among `stop.causes` (or as
 `stop.cause`) that arrives after the publish — unless its state said so before the publish
-already (a robot still latched by an earlier fleet e-stop: then only the `stop` event counts).
+already. A robot still latched by an earlier fleet e-stop publishes nothing new (its latch
+does not trip again: the daemon sends the firmware STOP again and stays latched), so its
+retained state, online and showing that latch, is its confirmation (`by: already_latched`).
 Either is the daemon saying its latch holds because of this e-stop; the latch itself commanded
 the firmware's STOP first (DESIGN.md "Stop model": the latch trips before anything is
 published). Robots whose retained presence says
@@ -87,13 +89,16 @@ def fleet_estop(bus: FleetBus, topic: str, deadline_s: float, reason: str) -> Es
     t0[0] = time.time()
     bus.publish(topic, {"reason": reason}, qos=1)
     end = t0_mono[0] + deadline_s
+    fresh = expected - latched
     while time.monotonic() < end:
         with lock:
-            if expected <= set(acks):
+            if fresh <= set(acks):
                 break
         time.sleep(0.01)
     with lock:
         got = dict(acks)
+    for device in sorted(expected & latched):
+        got.setdefault(device, {"by": "already_latched", "ms": None})
     result = EstopResult(topic, t0[0], deadline_s, got)
     result.silent = sorted(expected - set(got))
     result.offline = sorted(r.device for r in robots if not r.online and r.device not in got)
@@ -103,8 +108,9 @@ def fleet_estop(bus: FleetBus, topic: str, deadline_s: float, reason: str) -> Es
 def lines(result: EstopResult) -> list[str]:
     """The readable answer: one line per robot, then the count."""
     out = [f"fleet e-stop published on {result.topic}"]
-    for device, ack in sorted(result.acks.items(), key=lambda kv: kv[1]["ms"]):
-        out.append(f"  {device:<20} stopped    {ack['ms']:8.1f} ms  ({ack['by']})")
+    for device, ack in sorted(result.acks.items(), key=lambda kv: kv[1]["ms"] or 0.0):
+        took = "       -   " if ack["ms"] is None else f"{ack['ms']:8.1f} ms"
+        out.append(f"  {device:<20} stopped    {took}  ({ack['by']})")
     for device in result.silent:
         out.append(f"  {device:<20} NO ANSWER  within {result.deadline_s:g} s")
     for device in result.offline:
