@@ -46,8 +46,9 @@ def markdown(ro: Rollout) -> str:
     if ro.skipped:
         out.append(f"- offline at the start, not updated: {', '.join(ro.skipped)}")
     if ro.aborted_at_wave is not None:
-        out.append(f"- **aborted** at {ro.waves[ro.aborted_at_wave].name}; later waves never "
-                   "started")
+        later = len(ro.waves) - 1 - ro.aborted_at_wave
+        out.append(f"- **aborted** at {ro.waves[ro.aborted_at_wave].name}"
+                   + (f"; {later} later wave(s) never started" if later else ""))
     out.append("")
     for w in ro.waves:
         state = ("ABORTED" if w.aborted else "not started" if w.started is None
