@@ -62,12 +62,13 @@ def add_parser(sub: Any) -> None:
     es.add_argument("--json", action="store_true", help="the result as one JSON object")
     ro = fs.add_parser("rollout", help="a model to the fleet in waves, with an abort criterion",
                        description="Drive the per-robot model trial across the fleet: a canary "
-                                   "wave, then waves of P %% of the rest; a wave whose failed "
-                                   "fraction reaches F %% stops the rollout and rolls its robots "
+                                   "wave, then waves of P % of the rest; a wave whose failed "
+                                   "fraction reaches F % stops the rollout and rolls its robots "
                                    "back (docs/FLEET.md).")
     ro.add_argument("model", metavar="MODEL", help="the model file, at this path in every "
                     "robot's inference.update_dir (its card beside it)")
-    ro.add_argument("--sha256", default=None, help="MODEL's sha256 (default: hashed here)")
+    ro.add_argument("--sha256", default=None, metavar="HEX",
+                    help="MODEL's sha256 (default: hashed here)")
     ro.add_argument("--canary", type=int, default=1, metavar="N", help="robots in the first "
                     "wave (default %(default)s)")
     ro.add_argument("--wave", type=_pct, default=25.0, metavar="P%", dest="wave_pct",
@@ -77,7 +78,8 @@ def add_parser(sub: Any) -> None:
     ro.add_argument("--previous", default=None, metavar="FILE",
                     help="the model the fleet runs now (same rules as MODEL): the way back for "
                          "robots that committed before an abort")
-    ro.add_argument("--previous-sha256", default=None)
+    ro.add_argument("--previous-sha256", default=None, metavar="HEX",
+                    help="--previous's sha256 (default: hashed here)")
     ro.add_argument("--trial-timeout-s", type=float, default=3600.0, metavar="S",
                     help="a robot whose trial has not ended by then counts as failed")
     ro.add_argument("--drive-task", default=None, metavar="TASK",
