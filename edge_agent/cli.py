@@ -9,6 +9,7 @@
     edge-agent journal episodes|labels --state-dir D | journal label --state-dir D TASK VERDICT
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--count N]
     edge-agent model keygen --out KEY | model sign MODEL --key KEY | model verify MODEL ...
+    edge-agent fleet status|estop|rollout MODEL ...   (every robot on the broker; FLEET.md)
     edge-agent version
 
 Exit codes:
@@ -126,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     from edge_agent.record_cli import add_parser as add_record_parser
 
     add_record_parser(sub, DEFAULT_CONFIG)  # `record start|stop|list` (edge_agent/record_cli.py)
+    from edge_agent.fleet.cli import add_parser as add_fleet_parser
+
+    add_fleet_parser(sub)  # `fleet status|estop|rollout` (edge_agent/fleet/cli.py)
     return p
 
 
@@ -274,6 +278,12 @@ def _cmd_record(a: argparse.Namespace) -> int:
     return record_run(a)
 
 
+def _cmd_fleet(a: argparse.Namespace) -> int:
+    from edge_agent.fleet.cli import run as fleet_run
+
+    return fleet_run(a)
+
+
 def _cmd_reports(a: argparse.Namespace) -> int:
     from edge_agent.reports.cli import run as reports_run
 
@@ -282,7 +292,8 @@ def _cmd_reports(a: argparse.Namespace) -> int:
 
 _HANDLERS = {"run": _cmd_run, "check-config": _cmd_check, "cmd": _cmd_cmd, "journal": _cmd_journal,
              "model": _cmd_model, "version": _cmd_version, "watch": _cmd_watch, "status": _cmd_cmd,
-             "doctor": _cmd_doctor, "reports": _cmd_reports, "record": _cmd_record}
+             "doctor": _cmd_doctor, "reports": _cmd_reports, "record": _cmd_record,
+             "fleet": _cmd_fleet}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

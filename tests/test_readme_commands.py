@@ -108,6 +108,9 @@ RULES: list[tuple[str, str, str]] = [
      "rewrites docs/asyncapi.yaml's generated block (tests/test_contract.py runs the same code "
      "on a copy; --check runs here)"),
     ("", r"^(\.venv/bin/)?edge-agent (cmd|status|watch)\b", _DAEMON),
+    ("", r"^(\.venv/bin/)?edge-agent fleet\b",
+     "needs a broker with running daemons (and, for a rollout, the model in their update_dir): "
+     "tests/test_fleet_daemons.py runs status, rollout and estop against five"),
     ("", r"^(\.venv/bin/)?edge-agent run\b",
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),
     ("", r"^(\.venv/bin/)?edge-agent (doctor|check-config|reports|journal)\b", _ROBOT_PATHS),

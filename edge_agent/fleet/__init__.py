@@ -1,0 +1,4 @@
+"""Fleet tools (`edge-agent fleet status|estop|rollout`): MQTT clients like `watch`.
+
+See docs/FLEET.md.
+"""
