@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config.schema import Secret
+from edge_agent.config.spec import Secret
 from edge_agent.errors import ConfigError
 from edge_agent.robot import RobotDescription
 
