@@ -33,10 +33,11 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from edge_agent.comms.mqtt_common import FLEET_ESTOP_TOPIC, Topics
 from hil.sim.control import request as rig_request
 
 ROOT = Path(__file__).resolve().parents[1]
-FLEET_TOPIC = "edge/fleet/cmd/estop"
+FLEET_TOPIC = FLEET_ESTOP_TOPIC
 OPERATOR = ("operator", "operator-pw")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -158,7 +159,7 @@ class Operator:
     def reset(self, devices: list[str], trial: int) -> None:
         for d in devices:
             body = {"v": 1, "id": f"reset-{trial}-{d}", "reason": "bench"}
-            self.c.publish(f"edge/{d}/cmd/reset", json.dumps(body), qos=1)
+            self.c.publish(Topics(f"edge/{d}").cmd("reset"), json.dumps(body), qos=1)
 
     def fleet_estop(self, trial: int) -> float:
         t0 = time.monotonic()

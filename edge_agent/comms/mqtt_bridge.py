@@ -33,9 +33,11 @@ from edge_agent.commands.api import CommandAPI
 from edge_agent.comms.inbox import CommandInbox
 from edge_agent.comms.mqtt_bounded import BoundedClient, connect_kwargs
 from edge_agent.comms.mqtt_common import (
+    V5_CLOSED,
     Topics,
     check_topic_level,
     connect_failure_reason,
+    connect_refusal,
     make_client,
     mqtt_properties,
     protocol_number,
@@ -59,7 +61,8 @@ class MqttBridge:
                  clock: Clock | None = None, rng: random.Random | None = None) -> None:
         st = self.settings = settings
         self.device_id = check_topic_level("device.id", st.device_id)
-        self.topics = Topics(st.topic_prefix or f"edge/{st.device_id}", st.fleet_estop_topic)
+        self.topics = Topics(st.topic_prefix or f"edge/{st.device_id}", st.fleet_estop_topic,
+                             legacy=st.legacy_topics)
         self._v5 = protocol_number(st.protocol) == paho.MQTTv5
         self._identity = {"boot_id": st.boot_id or uuid.uuid4().hex, "version": st.version,
                           "config_hash": st.config_hash}
@@ -70,6 +73,7 @@ class MqttBridge:
         self._attempt_seq = 0  # the seq the will of the pending connection attempt carries
         self._live_seq: int | None = None  # the seq of the current connection's birth
         self._connections = 0
+        self._connack_seen = False  # this attempt got a CONNACK (accepted or refused)
         self._connected = threading.Event()
         self._subscribed = threading.Event()  # this connection's SUBACK came back granted
         self._sub_mid: int | None = None
@@ -79,7 +83,7 @@ class MqttBridge:
         self.counters: dict[str, int] = dict.fromkeys((
             "received", "estops", "ignored", "retained", "replies", "publish_dropped",
             "publish_refused", "telemetry_suppressed", "connections", "disconnects",
-            "response_topic_refused"), 0)
+            "response_topic_refused", "legacy_topic"), 0)
         self.last_error: str | None = None  # why the last connection attempt failed
         self._intake = CommandIntake(api, self.topics, v5=self._v5, clock=self._clock,
                                      inbox_size=st.inbox_size, publish=self._publish,
@@ -238,6 +242,7 @@ class MqttBridge:
 
     def _on_pre_connect(self, client: paho.Client, userdata: Any) -> None:
         self._attempt_seq = self._connections
+        self._connack_seen = False
         self._set_will(self._attempt_seq)
 
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
@@ -245,9 +250,9 @@ class MqttBridge:
 
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
+        self._connack_seen = True
         if reason_failed(reason_code):
-            self.last_error = f"the broker refused the connection: {reason_code}"
-            _log.error("mqtt_connect_refused", reason=str(reason_code), host=self.settings.host)
+            self._refused(connect_refusal(reason_code, v5=self._v5), str(reason_code))
             return
         self.last_error = None
         set_nodelay(client.socket())
@@ -267,6 +272,13 @@ class MqttBridge:
         _log.info("mqtt_connected", seq=self._live_seq, session_present=session_present)
         self._notify_connection(True)
 
+    def _refused(self, why: str, reason: str) -> None:
+        """Log a refused attempt once per cause (paho retries with backoff for ever)."""
+        if why != self.last_error:
+            _log.error("mqtt_connect_refused", reason=reason, host=self.settings.host,
+                       port=self.settings.port, error=why)
+        self.last_error = why
+
     def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
         # paho calls this inside its `except OSError:`: the exception says why (a TLS
         # verification failure carries OpenSSL's reason, e.g. "certificate has expired").
@@ -280,6 +292,9 @@ class MqttBridge:
         was = self._connected.is_set()
         self._connected.clear()
         self._subscribed.clear()
+        if not was and self._v5 and not self._connack_seen and not self._stopped:
+            # closed before any CONNACK: RabbitMQ before 3.13 answers an MQTT 5 CONNECT so
+            self._refused(V5_CLOSED, str(reason_code))
         if was:
             self.counters["disconnects"] += 1
             _log.warning("mqtt_disconnected", reason=str(reason_code), seq=self._live_seq)

@@ -6,6 +6,12 @@ here blocks. The e-stop (`<prefix>/cmd/estop` and the fleet topic) is the except
 `on_estop(source)` is called right in paho's thread, whatever the payload, retain flag or expiry,
 and then the e-stop is queued at the front of the inbox for its reply.
 
+Topics (mqtt_common.Topics): the daemon subscribes `<prefix>/cmd/#`; `task.start` comes on
+`cmd/task/start` and is answered on `reply/task/start`. The dotted topics of earlier releases
+(`cmd/task.start`) are deprecated aliases: served and answered on their own reply topic
+(`reply/task.start`) while `mqtt.legacy_topics` is true, ignored when it is false; logged
+either way (the first of each name, then every 100th).
+
 The stop epoch when a command arrives travels with it to the API, which refuses a motion command
 `stale` if a stop or reset came in between (commands/freshness.py). MQTT 5 message expiry is
 honoured on arrival.
@@ -59,6 +65,7 @@ class CommandIntake:
         self._lock = lock
         self._on_estop = on_estop
         self.inbox = CommandInbox(self._process, maxsize=inbox_size)
+        self._legacy_seen: dict[str, int] = {}  # dotted-topic commands per name
 
     def subscriptions(self) -> list[tuple[str, Any]]:
         """What to subscribe on each connection: the device's commands and the fleet e-stop."""
@@ -96,10 +103,13 @@ class CommandIntake:
             self.counters["ignored"] += 1
             _log.warning("mqtt_message_ignored", topic=topic)
             return
+        legacy = self.topics.is_legacy(topic)
+        if legacy and not self._legacy_admitted(topic, name):
+            return
         expiry = getattr(props, "MessageExpiryInterval", None)
         deadline = now + float(expiry) if expiry is not None else None
         item = InboundCommand(name, bytes(msg.payload), "mqtt", deadline, response_topic,
-                              correlation, arrived=arrived)
+                              correlation, arrived=arrived, legacy=legacy)
         if msg.retain:  # whoever retained it meant "for whoever subscribes later": never run
             self.counters["retained"] += 1
             _log.warning("mqtt_retained_command_refused", topic=topic,
@@ -113,6 +123,21 @@ class CommandIntake:
             self.send_reply(item, Reply.failure(recover_id(item.payload), ErrorCode.OVERLOADED,
                                                 "command inbox full; try again"))
 
+    def _legacy_admitted(self, topic: str, name: str) -> bool:
+        """A command on a deprecated dotted topic: served (and answered on the alias's reply
+        topic) while `mqtt.legacy_topics` is true, else ignored; logged either way (the first
+        of each name, then every 100th)."""
+        served = self.topics.legacy
+        key = "legacy_topic" if served else "ignored"
+        with self._lock:
+            self.counters[key] += 1
+            seen = self._legacy_seen[name] = self._legacy_seen.get(name, 0) + 1
+        if seen == 1 or seen % 100 == 0:
+            _log.warning("mqtt_legacy_topic_served" if served else "mqtt_legacy_topic_ignored",
+                         topic=topic, use=self.topics.cmd(name), seen=seen,
+                         key="mqtt.legacy_topics")
+        return served
+
     # -- worker thread ---------------------------------------------------------------------
 
     def _process(self, item: InboundCommand) -> None:
@@ -124,7 +149,7 @@ class CommandIntake:
         if reply.id is None and item.correlation is None:
             _log.info("mqtt_reply_unroutable", command=item.name, code=str(reply.code))
             return
-        topic = self.topics.reply(item.name)
+        topic = self.topics.reply_for(item.name, legacy=item.legacy)
         props: Properties | None = None
         if item.response_topic:
             if self.topics.reply_allowed(item.response_topic):

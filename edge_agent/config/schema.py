@@ -60,6 +60,7 @@ class MqttSection:
     password_file: Path | None = opt("path", exists="file")
     tls: MqttTlsSection = opt("table", table=MqttTlsSection)
     topic_prefix: str = opt("str", "", derived="edge/<device.id>")
+    legacy_topics: bool = opt("bool", True)  # also serve the deprecated cmd/task.start topics
     protocol: str = opt("str", "5", choices=("5", "3.1.1"))
     keepalive_s: int = opt("int", 10, lo=1, hi=65535)
     fleet_topic: str = opt("str", "edge/fleet/cmd/estop")
