@@ -199,14 +199,14 @@ class RabbitMqtt:
         found = sorted(Path("/usr/lib/rabbitmq/lib").glob("rabbitmq_server-*"))
         return found[-1].name.removeprefix("rabbitmq_server-") if found else "?"
 
-    def start(self, timeout: float = 120.0) -> None:
+    def start(self, timeout: float = 120.0, niceness: int = 15) -> None:
         if self._proc is not None:
             return
         assert RABBITMQ_SERVER
         t0 = time.monotonic()
-        # niced: its Erlang boot is CPU-heavy (~10 s of a core) and runs beside the other
-        # brokers' daemons, whose simulated robots must not be starved of their ticks
-        nice = [NICE, "-n", "15"] if NICE else []
+        # niced by default: its Erlang boot is CPU-heavy (~10 s of a core) and runs beside the
+        # other brokers' daemons, whose simulated robots must not be starved of their ticks
+        nice = [NICE, "-n", str(niceness)] if NICE and niceness else []
         with open(self._log_path, "ab") as log:
             self._proc = subprocess.Popen([*nice, RABBITMQ_SERVER], stdout=log,
                                           stderr=subprocess.STDOUT, env=self.env, cwd=self.dir,
@@ -220,7 +220,7 @@ class RabbitMqtt:
 
     def restart(self) -> None:
         self.stop()
-        self.start()
+        self.start(niceness=0)  # in the foreground: nothing else of the test runs meanwhile
 
     def log(self) -> str:
         return _tail(self._log_path, 200)
