@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from edge_agent.comms.mqtt_common import Topics
 from hil.bench_stats import figure, stats, target, write_json
 from hil.daemon_proc import request, start_sim_daemon, stop_daemon, wait_for
 from hil.steal import StealMeter
@@ -105,8 +106,8 @@ def mqtt_estops(rig: Path, port: int, device: str, n: int) -> list[float]:
     try:
         for i in range(n):
             t_pub = time.monotonic()
-            c.publish(f"edge/{device}/cmd/estop", json.dumps({"v": 1, "id": f"e{i}-{t_pub}"}),
-                      qos=1)
+            c.publish(Topics(f"edge/{device}").cmd("estop"),
+                      json.dumps({"v": 1, "id": f"e{i}-{t_pub}"}), qos=1)
             end = t_pub + 2.0
             while time.monotonic() < end:
                 rec = request(rig, {"cmd": "record", "type": "STOP", "since": t_pub,

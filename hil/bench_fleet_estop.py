@@ -33,11 +33,12 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
+from edge_agent.comms.mqtt_common import FLEET_ESTOP_TOPIC, Topics
 from hil.bench_stats import figure, target, write_json
 from hil.sim.control import request as rig_request
 
 ROOT = Path(__file__).resolve().parents[1]
-FLEET_TOPIC = "edge/fleet/cmd/estop"
+FLEET_TOPIC = FLEET_ESTOP_TOPIC
 OPERATOR = ("operator", "operator-pw")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -159,7 +160,7 @@ class Operator:
     def reset(self, devices: list[str], trial: int) -> None:
         for d in devices:
             body = {"v": 1, "id": f"reset-{trial}-{d}", "reason": "bench"}
-            self.c.publish(f"edge/{d}/cmd/reset", json.dumps(body), qos=1)
+            self.c.publish(Topics(f"edge/{d}").cmd("reset"), json.dumps(body), qos=1)
 
     def fleet_estop(self, trial: int) -> float:
         t0 = time.monotonic()

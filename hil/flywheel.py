@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.errors import EdgeAgentError
 from hil.bench_degraded import Bench, Daemon, events, status
 from hil.daemon_proc import ROOT, SIM_CONFIG, Control, stop_daemon, wait_for
@@ -143,12 +144,13 @@ def label_over_mqtt(broker: Mosquitto, state_dir: Path, rows: list[dict[str, Any
     op = Probe(broker, OPERATOR, OPERATOR_PW)
     if op.connect() != 0:
         raise SystemExit("the operator's MQTT login was refused")
-    op.subscribe(f"edge/{DEVICE}/reply/journal.label")
+    topics = Topics(f"edge/{DEVICE}")
+    op.subscribe(topics.reply("journal.label"))
     counts = {"correct": 0, "wrong": 0, "needs_work": 0, "refused": 0}
 
     def label(**args: Any) -> None:
         cid = os.urandom(6).hex()
-        op.publish(f"edge/{DEVICE}/cmd/journal.label", json.dumps({"v": 1, "id": cid, **args}))
+        op.publish(topics.cmd("journal.label"), json.dumps({"v": 1, "id": cid, **args}))
         reply = json.loads(op.expect(lambda m: json.loads(m.payload).get("id") == cid,
                                      timeout=30).payload)
         counts[args["verdict"] if reply.get("ok") else "refused"] += 1

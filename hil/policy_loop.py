@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edge_agent.comms.mqtt_common import Topics
 from hil.bench_degraded import Daemon, events, status
 from hil.daemon_proc import ROOT, stop_daemon, wait_for
 
@@ -86,11 +87,12 @@ class Operator:
         self.probe = Probe(broker, OPERATOR, OPERATOR_PW)
         if self.probe.connect() != 0:
             raise SystemExit("the operator's MQTT login was refused")
-        self.probe.subscribe(f"edge/{DEVICE}/reply/#")
+        self.topics = Topics(f"edge/{DEVICE}")
+        self.probe.subscribe(self.topics.reply_filter)
 
     def cmd(self, name: str, timeout: float = 60.0, **args: Any) -> dict[str, Any]:
         cid = os.urandom(6).hex()
-        self.probe.publish(f"edge/{DEVICE}/cmd/{name}", json.dumps({"v": 1, "id": cid, **args}))
+        self.probe.publish(self.topics.cmd(name), json.dumps({"v": 1, "id": cid, **args}))
         msg = self.probe.expect(lambda m: json.loads(m.payload).get("id") == cid,
                                 timeout=timeout)
         return json.loads(msg.payload)  # type: ignore[no-any-return]

@@ -27,6 +27,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 from edge_agent.commands.schema import COMMANDS, FAILURE_MODES, Limits, PayloadError, parse
+from edge_agent.comms.mqtt_common import FLEET_ESTOP_TOPIC, Topics
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC_PATH = REPO / "docs" / "asyncapi.yaml"
@@ -87,17 +88,23 @@ def test_document_is_asyncapi_3_with_every_topic_of_the_design() -> None:
     addresses = {c["address"] for c in doc["channels"].values()}
     for topic in ("status", "state", "event", "report", "telemetry"):
         assert f"edge/{{deviceId}}/{topic}" in addresses
-    assert "edge/fleet/cmd/estop" in addresses
+    assert FLEET_ESTOP_TOPIC in addresses
+    topics = Topics("edge/{deviceId}")  # the daemon's own topic builder
     for name in COMMANDS:
-        assert f"edge/{{deviceId}}/cmd/{name}" in addresses, name
-        assert f"edge/{{deviceId}}/reply/{name}" in addresses, name
-        assert doc["channels"][f"cmd.{name}"]["address"].endswith(f"/cmd/{name}")
+        assert topics.cmd(name) in addresses, name
+        assert topics.reply(name) in addresses, name
+        assert doc["channels"][f"cmd.{name}"]["address"] == topics.cmd(name)
+        assert "." not in topics.cmd(name).replace("{deviceId}", "dev1"), name  # NATS
+    # the deprecated dotted aliases are documented as such
+    assert doc["channels"]["cmd.legacy"]["address"] == "edge/{deviceId}/cmd/{dottedName}"
+    assert "mqtt.legacy_topics" in doc["channels"]["cmd.legacy"]["description"]
     ops = doc["operations"]
     for op in ops.values():
         _resolve(op["channel"]["$ref"])
     receives = {_resolve(op["channel"]["$ref"])["address"] for op in ops.values()
                 if op["action"] == "receive"}
-    assert receives == {f"edge/{{deviceId}}/cmd/{n}" for n in COMMANDS} | {"edge/fleet/cmd/estop"}
+    assert receives == ({topics.cmd(n) for n in COMMANDS} | {FLEET_ESTOP_TOPIC}
+                        | {"edge/{deviceId}/cmd/{dottedName}"})
 
 
 # ------------------------------------------------------------------------- enums equal the code
@@ -236,13 +243,14 @@ class Operator:
         self.probe, self.device, self.n = probe, device, 0
 
     def cmd(self, name: str, payload: dict[str, Any] | bytes | None = None,
-            cid: str | None = None) -> dict[str, Any]:
+            cid: str | None = None, *, legacy: bool = False) -> dict[str, Any]:
         self.n += 1
         cid = cid or f"op-{self.n}"
         body = payload if isinstance(payload, bytes) else json.dumps(
             {"v": 1, "id": cid, **(payload or {})}).encode()
-        self.probe.publish(f"edge/{self.device}/cmd/{name}", body)
-        msg = self.probe.expect(lambda m: m.topic == f"edge/{self.device}/reply/{name}"
+        topics = Topics(f"edge/{self.device}")
+        self.probe.publish(topics.legacy_cmd(name) if legacy else topics.cmd(name), body)
+        msg = self.probe.expect(lambda m: m.topic == topics.reply_for(name, legacy=legacy)
                                 and json.loads(m.payload).get("id") == cid, timeout=30)
         out: dict[str, Any] = json.loads(msg.payload)
         return out
@@ -284,6 +292,8 @@ def test_real_daemon_messages_validate_against_the_spec(
             cid = "broken-1" if isinstance(payload, bytes) else None
             reply = op.cmd(name, payload, cid)
             assert reply["id"] is not None, reply
+        # a deprecated dotted topic (mqtt.legacy_topics, on by default): its own reply topic
+        assert op.cmd("task.cancel", {}, legacy=True)["ok"]
         # the simulated robot's physical button, a refused reset, release, reset
         assert d.rig({"cmd": "inject", "target": "estop", "mode": "press"})["ok"]
         probe.expect(lambda m: m.topic == "edge/dev1/state"
@@ -324,7 +334,7 @@ def test_real_daemon_messages_validate_against_the_spec(
     for wanted in ("status:online", "status:offline", "event:ready", "event:stop",
                    "event:estop_input", "event:stop_cleared", "reply/status:True",
                    "reply/status:False", "reply/reset:True", "reply/reset:False",
-                   "reply/estop:True", "reply/no.such:False"):
+                   "reply/estop:True", "reply/no/such:False", "reply/task.cancel:True"):
         assert wanted in kinds, (wanted, sorted(kinds))
     assert any(k.startswith("telemetry:") for k in kinds) and any(
         k.startswith("state:") for k in kinds)

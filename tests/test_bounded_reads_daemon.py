@@ -18,6 +18,10 @@ from daemon_proc import DaemonProc
 from hostile_peers import FloodHTTP, FloodUnix, peak_rss_mb, publish_raw
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
+
+T1 = Topics("edge/dev1")  # its command and reply topics
+
 RSS_CAP_MB = 200.0
 TOKEN = "wecomkey-bounded-0001"
 
@@ -72,7 +76,7 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
         tmp_path: Path, broker: Mosquitto, protocol: str) -> None:
     operator = Probe(broker, "operator", "operator-pw")
     operator.connect()
-    operator.subscribe("edge/dev1/reply/#")
+    operator.subscribe(T1.reply_filter)
     # keepalive 30 s (DaemonProc's 2 s is for tests of a lost broker): a broker busy taking
     # in 150 MB on a loaded machine may answer a PINGREQ late, and the daemon would reconnect
     # meanwhile (clean session: the publish then never reaches it either way)
@@ -84,7 +88,7 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
                    "the daemon on MQTT")
         before = peak_rss_mb(_pid(d))
         head = b'{"v":1,"id":"huge-1","pad":"'
-        publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
+        publish_raw(broker.host, broker.port, "operator", "operator-pw", T1.cmd("status"),
                     head, 150 * 1024 * 1024)
         if protocol == "3.1.1":  # the broker cannot be told: the daemon drops the connection
             try:
@@ -97,11 +101,11 @@ def test_a_150_mb_command_publish_is_refused_and_status_still_answers(
                        and d.socket_cmd("status")["result"]["mqtt_connected"], 90, "reconnected")
             assert d.events("mqtt_packet_too_large")[0]["bytes"] > 150 * 2**20
         # a command just over the daemon's payload limit still gets its `too_large` reply
-        publish_raw(broker.host, broker.port, "operator", "operator-pw", "edge/dev1/cmd/status",
+        publish_raw(broker.host, broker.port, "operator", "operator-pw", T1.cmd("status"),
                     b'{"v":1,"id":"big-2","pad":"', 100 * 1024)
         wait_until(lambda: _reply(operator, "big-2") is not None, 60, "too_large for big-2")
         # and the daemon still answers over MQTT
-        operator.publish("edge/dev1/cmd/status", json.dumps({"v": 1, "id": "after-3"}), qos=1)
+        operator.publish(T1.cmd("status"), json.dumps({"v": 1, "id": "after-3"}), qos=1)
         wait_until(lambda: _reply(operator, "after-3") is not None, 60, "status after")
         peak = peak_rss_mb(_pid(d))
         print(f"150 MB command over MQTT {protocol}: daemon VmHWM {before:.0f} MB before, "

@@ -105,6 +105,13 @@ BAD: list[tuple[str, str, Any, str]] = [
     ("mqtt", "topic_prefix", '"/edge/x"', "empty levels"),
     ("mqtt", "fleet_topic", '"edge/#/estop"', "'#' only the last"),
     ("mqtt", "fleet_topic", '"edge/a+/estop"', "'+' must fill a whole level"),
+    # valid on every major broker: NATS refuses '.' and spaces inside a level
+    ("mqtt", "topic_prefix", '"site.a/robot-1"', "NATS refuses '.'"),
+    ("mqtt", "topic_prefix", '"plant 1/robot-1"', "not valid on every broker"),
+    ("mqtt", "topic_prefix", '"edge/r*1"', "NATS's '*' '>' are wildcards"),
+    ("mqtt", "topic_prefix", '"$SYS/x"', "starts with '$'"),
+    ("mqtt", "fleet_topic", '"edge/fleet/cmd/e.stop"', "NATS refuses '.'"),
+    ("mqtt", "legacy_topics", '"yes"', "must be true or false"),
     ("mqtt", "max_queued", "0", "must be >= 1"),
     ("mqtt", "reconnect_min_s", "0", "must be > 0"),
     ("mqtt", "reconnect_min_s", "60", "must not exceed mqtt.reconnect_max_s (30)"),

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
-from edge_agent.config.schema import SECTIONS, Spec
+from edge_agent.config.schema import SECTIONS
+from edge_agent.config.spec import Spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "edge_agent"

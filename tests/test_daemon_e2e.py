@@ -17,6 +17,10 @@ import pytest
 from daemon_proc import REPO, DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
+
+T1 = Topics("edge/dev1")  # its command and reply topics
+
 
 @pytest.fixture
 def operator(broker: Mosquitto) -> Probe:
@@ -48,8 +52,8 @@ def test_daemon_comes_up_answers_and_stops_on_the_rig_estop(
         st = d.socket_cmd("status")
         assert st["ok"] and st["result"]["device"] == "dev1"
         wait_until(lambda: d.socket_cmd("status")["result"]["link_up"], 30, "link up")
-        operator.publish("edge/dev1/cmd/status", json.dumps({"v": 1, "id": "st-1"}))
-        reply = _payload(operator.expect("edge/dev1/reply/status", timeout=30))
+        operator.publish(T1.cmd("status"), json.dumps({"v": 1, "id": "st-1"}))
+        reply = _payload(operator.expect(T1.reply("status"), timeout=30))
         assert reply["id"] == "st-1" and reply["ok"] is True
         assert reply["result"]["mode"] in ("idle", "protective_stop")  # type: ignore[index]
 
@@ -158,16 +162,16 @@ def test_pick_place_over_mqtt_then_estop_mid_task_freezes_and_resume_finishes(
         # MQTT comes up beside the link: a command published before the daemon's subscription
         # is granted is not delivered to it (no session yet) — wait until it would be
         wait_until(lambda: d.socket_cmd("status")["result"]["mqtt_connected"], 30, "mqtt up")
-        operator.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-1"}))
-        reply = _payload(operator.expect("edge/dev1/reply/task.start", timeout=30))
+        operator.publish(T1.cmd("task.start"), json.dumps({"v": 1, "id": "job-1"}))
+        reply = _payload(operator.expect(T1.reply("task.start"), timeout=30))
         assert reply["ok"] is True, reply
         done = _payload(operator.expect(lambda m: m.topic == "edge/dev1/event"
                                         and _payload(m).get("type") == "task_done", timeout=90))
         assert done["task_id"] == "job-1" and done["outcome"] == "success", done
 
         # second task: press the button while it moves
-        operator.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-2"}))
-        assert _payload(operator.expect("edge/dev1/reply/task.start", timeout=30))["ok"]
+        operator.publish(T1.cmd("task.start"), json.dumps({"v": 1, "id": "job-2"}))
+        assert _payload(operator.expect(T1.reply("task.start"), timeout=30))["ok"]
         wait_until(lambda: d.socket_cmd("status")["result"]["state"] in ("lift", "transfer"),
                    60, "the arm carrying the part")
         assert d.rig({"cmd": "inject", "target": "estop", "mode": "press"})["ok"]

@@ -19,7 +19,10 @@ from conftest import MQTT_USERS
 from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_tasks
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.store.decisions import journal_dir, read_decisions
+
+T1 = Topics("edge/dev1")  # its command and reply topics
 
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -59,8 +62,8 @@ def test_export_beside_a_running_sim_daemon(tmp_path: Path, broker: Mosquitto) -
         sd = d.state_dir
         outcomes = {}
         for job in ("job-1", "job-2"):
-            op.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": job}))
-            assert _payload(op.expect("edge/dev1/reply/task.start", timeout=30))["ok"]
+            op.publish(T1.cmd("task.start"), json.dumps({"v": 1, "id": job}))
+            assert _payload(op.expect(T1.reply("task.start"), timeout=30))["ok"]
             done = _payload(op.expect(lambda m: m.topic == "edge/dev1/event"
                                       and _payload(m).get("type") == "task_done", timeout=90))
             assert done["task_id"] == job, done

@@ -16,7 +16,10 @@ from conftest import MQTT_USERS
 from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_tasks
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.store.decisions import journal_dir, read_decisions
+
+T1 = Topics("edge/dev1")  # its command and reply topics
 
 SLOW = JOURNAL_TASK_SETS  # about the journal, not L1 nor the deadman (daemon_proc.py)
 
@@ -35,8 +38,8 @@ def _journal(state_dir: Path, *args: str) -> tuple[int, list[dict[str, Any]], st
 
 
 def _label(op: Probe, cid: str, **args: Any) -> dict[str, Any]:
-    op.publish("edge/dev1/cmd/journal.label", json.dumps({"v": 1, "id": cid, **args}))
-    return _payload(op.expect(lambda m: m.topic == "edge/dev1/reply/journal.label"
+    op.publish(T1.cmd("journal.label"), json.dumps({"v": 1, "id": cid, **args}))
+    return _payload(op.expect(lambda m: m.topic == T1.reply("journal.label")
                               and _payload(m).get("id") == cid, timeout=30))
 
 
@@ -49,8 +52,8 @@ def test_a_task_is_an_episode_and_a_person_labels_it_over_mqtt(
     try:
         d.wait_ready()
         wait_ready_for_tasks(d)
-        op.publish("edge/dev1/cmd/task.start", json.dumps({"v": 1, "id": "job-1"}))
-        assert _payload(op.expect("edge/dev1/reply/task.start", timeout=30))["ok"]
+        op.publish(T1.cmd("task.start"), json.dumps({"v": 1, "id": "job-1"}))
+        assert _payload(op.expect(T1.reply("task.start"), timeout=30))["ok"]
         done = _payload(op.expect(lambda m: m.topic == "edge/dev1/event"
                                   and _payload(m).get("type") == "task_done", timeout=90))
         assert done["task_id"] == "job-1" and done["outcome"] == "success", done
@@ -84,7 +87,7 @@ def test_a_task_is_an_episode_and_a_person_labels_it_over_mqtt(
         # another device may not command this one (the shipped ACL): its label never lands
         dev2 = Probe(broker, "dev2", MQTT_USERS["dev2"])
         assert dev2.connect() == 0
-        dev2.publish("edge/dev1/cmd/journal.label", json.dumps(
+        dev2.publish(T1.cmd("journal.label"), json.dumps(
             {"v": 1, "id": "intruder", "task_id": "job-1", "verdict": "wrong"}))
         dev2.close()
 

@@ -27,6 +27,9 @@ from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.errors import ConfigError
 from edge_agent.log import capture_logs
 
+T1 = Topics("edge/dev1")  # its command and reply topics
+T2 = Topics("edge/dev2")
+
 
 class Device:
     """A CommandAPI with recording handlers plus the bridge under test."""
@@ -68,7 +71,7 @@ class Device:
 def operator(broker: Mosquitto) -> Iterator[Probe]:
     p = Probe(broker, "operator", MQTT_USERS["operator"])
     assert not p.connect().is_failure
-    assert not p.subscribe("edge/dev1/reply/#")[0].is_failure
+    assert not p.subscribe(T1.reply_filter)[0].is_failure
     yield p
     p.close()
 
@@ -107,18 +110,18 @@ def test_a_device_cannot_read_or_write_another_devices_topics(broker: Mosquitto,
     dev2 = Probe(broker, "dev2", MQTT_USERS["dev2"], client_id="dev2")
     try:
         assert not dev2.connect().is_failure
-        dev2.subscribe("edge/dev1/cmd/+")  # granted by mosquitto 2.0, but never delivered
-        dev2.subscribe("edge/dev2/cmd/+")
+        dev2.subscribe(T1.cmd_filter)  # granted by mosquitto 2.0, but never delivered
+        dev2.subscribe(T2.cmd_filter)
         operator.subscribe("edge/dev1/#")
-        operator.publish("edge/dev1/cmd/status", body("for-dev1"))
-        dev2.publish("edge/dev1/cmd/estop", body("spoofed"))  # write denied by the ACL
+        operator.publish(T1.cmd("status"), body("for-dev1"))
+        dev2.publish(T1.cmd("estop"), body("spoofed"))  # write denied by the ACL
         dev2.publish("edge/dev1/status", b'{"state": "online"}')
-        operator.publish("edge/dev2/cmd/status", body("for-dev2"))
-        got = dev2.expect(lambda m: m.topic.startswith("edge/dev2/cmd/"))
+        operator.publish(T2.cmd("status"), body("for-dev2"))
+        got = dev2.expect(lambda m: T2.command_name(m.topic) is not None)
         assert json.loads(got.payload)["id"] == "for-dev2"
         assert all(not m.topic.startswith("edge/dev1/") for m in dev2.drain())
-        operator.publish("edge/dev1/cmd/marker", body("marker"))
-        operator.expect("edge/dev1/cmd/marker")
+        operator.publish(T1.cmd("marker"), body("marker"))
+        operator.expect(T1.cmd("marker"))
         seen = [json.loads(m.payload).get("id") for m in operator.drain()]
         assert "spoofed" not in seen
         assert not [m for m in operator.drain() if m.topic == "edge/dev1/status"]
@@ -127,30 +130,62 @@ def test_a_device_cannot_read_or_write_another_devices_topics(broker: Mosquitto,
 
 
 def test_command_gets_its_reply(device: Device, operator: Probe) -> None:
-    operator.publish("edge/dev1/cmd/status", body("s-1"))
+    operator.publish(T1.cmd("status"), body("s-1"))
     reply = reply_for(operator, "s-1")
     assert reply == {"v": 1, "id": "s-1", "ok": True, "result": {"command": "status"},
-                     "_topic": "edge/dev1/reply/status"}
+                     "_topic": T1.reply("status")}
     sock = device.bridge._client.socket()  # TCP_NODELAY was set on paho's socket
     assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
 
 
 def test_response_topic_and_correlation_data_are_honoured(device: Device,
                                                           operator: Probe) -> None:
-    operator.publish("edge/dev1/cmd/status", body("rr-1"), response_topic="edge/dev1/reply/x/abc",
+    private = f"{T1.reply('status')}/abc"  # under the device's reply topics: honoured
+    operator.publish(T1.cmd("status"), body("rr-1"), response_topic=private,
                      correlation=b"corr-7")
-    msg = operator.expect("edge/dev1/reply/x/abc")
+    msg = operator.expect(private)
     assert msg.properties.CorrelationData == b"corr-7"
     assert json.loads(msg.payload)["id"] == "rr-1"
 
 
 def test_duplicate_command_runs_once_and_is_answered_twice(device: Device,
                                                            operator: Probe) -> None:
-    operator.publish("edge/dev1/cmd/task.start", body("dup-1"))
-    operator.publish("edge/dev1/cmd/task.start", body("dup-1"))
+    operator.publish(T1.cmd("task.start"), body("dup-1"))
+    operator.publish(T1.cmd("task.start"), body("dup-1"))
     first, second = reply_for(operator, "dup-1"), reply_for(operator, "dup-1")
     assert first == second and first["ok"]
     assert device.ids().count("dup-1") == 1
+
+
+def test_dotted_alias_topics_are_served_and_answered_on_their_own_reply_topic(
+        device: Device, operator: Probe) -> None:
+    operator.publish(T1.cmd("task.start"), body("new-1"))
+    assert reply_for(operator, "new-1")["_topic"] == "edge/dev1/reply/task/start"
+    with capture_logs() as logs:
+        operator.publish(T1.legacy_cmd("task.start"), body("old-1"))  # cmd/task.start
+        reply = reply_for(operator, "old-1")
+    assert reply["ok"] and reply["_topic"] == "edge/dev1/reply/task.start", reply
+    assert device.ran == [("task.start", "new-1"), ("task.start", "old-1")]
+    assert device.bridge.counters["legacy_topic"] == 1
+    served = [e for e in logs if e["event"] == "mqtt_legacy_topic_served"]
+    assert served and served[0]["use"] == "edge/dev1/cmd/task/start", served
+
+
+def test_dotted_alias_topics_are_ignored_when_turned_off(broker: Mosquitto,
+                                                         operator: Probe) -> None:
+    dev = Device(broker, legacy_topics=False).start()
+    try:
+        with capture_logs() as logs:
+            operator.publish(T1.legacy_cmd("task.start"), body("old-2"))
+            operator.publish(T1.cmd("status"), body("marker-2"))
+            assert reply_for(operator, "marker-2")["ok"]
+        assert "old-2" not in dev.ids()
+        assert not [m for m in operator.drain() if b"old-2" in m.payload]  # and no reply
+        assert dev.bridge.counters["ignored"] == 1 and dev.bridge.counters["legacy_topic"] == 0
+        assert [e["key"] for e in logs if e["event"] == "mqtt_legacy_topic_ignored"] == [
+            "mqtt.legacy_topics"]
+    finally:
+        dev.bridge.stop()
 
 
 @pytest.mark.parametrize(("cid", "payload", "code"), [
@@ -162,21 +197,21 @@ def test_duplicate_command_runs_once_and_is_answered_twice(device: Device,
 ])
 def test_malformed_payloads_get_error_replies(device: Device, operator: Probe, cid: str,
                                               payload: bytes, code: str) -> None:
-    operator.publish("edge/dev1/cmd/task.start", payload)
+    operator.publish(T1.cmd("task.start"), payload)
     reply = reply_for(operator, cid)
     assert reply["ok"] is False and reply["error"]["code"] == code
     assert cid not in device.ids()
 
 
 def test_unknown_command_and_missing_id(device: Device, operator: Probe) -> None:
-    operator.publish("edge/dev1/cmd/teleport", body("u-1"))
+    operator.publish(T1.cmd("teleport"), body("u-1"))
     reply = reply_for(operator, "u-1")
     assert reply["error"]["code"] == "unknown_command"
-    assert reply["_topic"] == "edge/dev1/reply/teleport"
+    assert reply["_topic"] == T1.reply("teleport")
     with capture_logs() as logs:
-        operator.publish("edge/dev1/cmd/status", b'{"v": 1}')  # no id: nothing to reply to
-        operator.publish("edge/dev1/cmd/status", b"\xff\xfe")  # not even text
-        operator.publish("edge/dev1/cmd/status", body("after"))
+        operator.publish(T1.cmd("status"), b'{"v": 1}')  # no id: nothing to reply to
+        operator.publish(T1.cmd("status"), b"\xff\xfe")  # not even text
+        operator.publish(T1.cmd("status"), body("after"))
         assert reply_for(operator, "after")["ok"]
     codes = [e.get("code") for e in logs if e["event"] == "command_rejected"]
     assert codes == ["missing_id", "bad_json"]
@@ -193,11 +228,11 @@ def test_nothing_published_during_a_network_blip_is_delivered(broker: Mosquitto,
     try:
         proxy.cut()
         wait_until(lambda: not dev.bridge.connected, 10, "the bridge to see the link go")
-        operator.publish("edge/dev1/cmd/task.start", body(f"blip-{protocol}"), expiry=60)
+        operator.publish(T1.cmd("task.start"), body(f"blip-{protocol}"), expiry=60)
         proxy.restore()
         assert dev.bridge.wait_ready(20), "no reconnect after the blip"
         assert dev.bridge.counters["connections"] == 2
-        operator.publish("edge/dev1/cmd/status", body(f"marker-{protocol}"))
+        operator.publish(T1.cmd("status"), body(f"marker-{protocol}"))
         assert reply_for(operator, f"marker-{protocol}")["ok"]
         assert dev.ids() == [f"marker-{protocol}"]
     finally:
@@ -213,10 +248,10 @@ def test_a_motion_command_waiting_in_the_inbox_when_a_stop_trips_is_stale(
     try:
         dev.gate.clear()
         dev.entered.clear()
-        operator.publish("edge/dev1/cmd/status", body("slow"))
+        operator.publish(T1.cmd("status"), body("slow"))
         assert dev.entered.wait(10)
-        operator.publish("edge/dev1/cmd/task.start", body("queued-start"))
-        operator.publish("edge/dev1/cmd/status", body("queued-status"))
+        operator.publish(T1.cmd("task.start"), body("queued-start"))
+        operator.publish(T1.cmd("status"), body("queued-status"))
         wait_until(lambda: dev.bridge.inbox.depth() == 2, 10, "both to be queued")
         dev.freshness.note_trip()  # what the daemon's latch listener does on a stop ...
         dev.freshness.note_reset()  # ... and on its reset
@@ -238,12 +273,12 @@ def test_expired_in_the_inbox_is_refused_but_an_expired_estop_still_stops(
     try:
         dev.gate.clear()
         dev.entered.clear()
-        operator.publish("edge/dev1/cmd/task.start", body("blocker"))
+        operator.publish(T1.cmd("task.start"), body("blocker"))
         assert dev.entered.wait(10)
-        operator.publish("edge/dev1/cmd/status", body("late"), expiry=5)
+        operator.publish(T1.cmd("status"), body("late"), expiry=5)
         wait_until(lambda: dev.bridge.inbox.depth() == 1, 10, "the command to be queued")
         dev.clock.advance(10)  # the worker takes it 10 s after it arrived with 5 s to live
-        operator.publish("edge/dev1/cmd/estop", body("stop-late", expires_at=1.0), expiry=1)
+        operator.publish(T1.cmd("estop"), body("stop-late", expires_at=1.0), expiry=1)
         wait_until(lambda: dev.estops == ["mqtt"], 10, "on_estop from paho's thread")
         dev.gate.set()
         late = reply_for(operator, "late")
@@ -256,9 +291,9 @@ def test_expired_in_the_inbox_is_refused_but_an_expired_estop_still_stops(
 
 
 def test_fleet_estop_and_garbage_estop_trip(device: Device, operator: Probe) -> None:
-    operator.publish("edge/fleet/cmd/estop", body("fleet-1"))
+    operator.publish(T1.fleet_estop, body("fleet-1"))
     assert reply_for(operator, "fleet-1")["ok"]
-    operator.publish("edge/dev1/cmd/estop", b"\x00garbage")
+    operator.publish(T1.cmd("estop"), b"\x00garbage")
     wait_until(lambda: device.estops == ["fleet", "mqtt"], 10, "both e-stops")
 
 
@@ -266,11 +301,11 @@ def test_retained_commands_are_never_run(broker: Mosquitto, operator: Probe) -> 
     """A stored retained command: MQTT 5 is not even sent it (retain handling 2); 3.1.1 gets it
     with the flag on subscribing and answers `retained`. A retained command published while
     subscribed: MQTT 5 keeps the flag (retain-as-published) and answers `retained`."""
-    operator.publish("edge/dev1/cmd/task.start", body("retained-1"), retain=True)
+    operator.publish(T1.cmd("task.start"), body("retained-1"), retain=True)
     for protocol in ("5", "3.1.1"):
         dev = Device(broker, protocol=protocol).start()
         try:
-            operator.publish("edge/dev1/cmd/status", body(f"marker-{protocol}"))
+            operator.publish(T1.cmd("status"), body(f"marker-{protocol}"))
             assert reply_for(operator, f"marker-{protocol}")["ok"]
             assert "retained-1" not in dev.ids()
             if protocol == "3.1.1":
@@ -280,19 +315,19 @@ def test_retained_commands_are_never_run(broker: Mosquitto, operator: Probe) -> 
     assert not [m for m in operator.drain() if json.loads(m.payload).get("id") == "retained-1"]
     dev = Device(broker).start()
     try:
-        operator.publish("edge/dev1/cmd/task.start", body("retained-live"), retain=True)
+        operator.publish(T1.cmd("task.start"), body("retained-live"), retain=True)
         refused = reply_for(operator, "retained-live")
         assert refused["error"]["code"] == "retained", refused
         assert dev.ids() == [] and dev.bridge.counters["retained"] == 1
     finally:
-        operator.publish("edge/dev1/cmd/task.start", b"", retain=True)
+        operator.publish(T1.cmd("task.start"), b"", retain=True)
         dev.bridge.stop()
 
 
 def test_mqtt_311_round_trip(broker: Mosquitto, operator: Probe) -> None:
     dev = Device(broker, protocol="3.1.1").start()
     try:
-        operator.publish("edge/dev1/cmd/status", body("v311"))
+        operator.publish(T1.cmd("status"), body("v311"))
         assert reply_for(operator, "v311")["ok"]
     finally:
         dev.bridge.stop()
@@ -302,10 +337,10 @@ def test_inbox_overflow_is_answered_overloaded(broker: Mosquitto, operator: Prob
     dev = Device(broker, inbox_size=1).start()
     try:
         dev.gate.clear()
-        operator.publish("edge/dev1/cmd/task.start", body("held"))
+        operator.publish(T1.cmd("task.start"), body("held"))
         assert dev.entered.wait(10)
-        operator.publish("edge/dev1/cmd/status", body("queued"))
-        operator.publish("edge/dev1/cmd/status", body("dropped"))
+        operator.publish(T1.cmd("status"), body("queued"))
+        operator.publish(T1.cmd("status"), body("dropped"))
         assert reply_for(operator, "dropped")["error"]["code"] == "overloaded"
         dev.gate.set()
         assert reply_for(operator, "queued")["ok"]
@@ -344,9 +379,9 @@ def test_round_trip_figures(broker: Mosquitto, operator: Probe, capsys: Any) -> 
     echo = Probe(broker, "operator", MQTT_USERS["operator"])
     try:
         echo.connect()
-        echo.subscribe("edge/dev1/cmd/echo")
-        echo.client.on_message = lambda c, u, m: c.publish("edge/dev1/reply/echo", m.payload, 1)
-        operator.subscribe("edge/dev1/reply/#")
+        echo.subscribe(T1.cmd("echo"))
+        echo.client.on_message = lambda c, u, m: c.publish(T1.reply("echo"), m.payload, 1)
+        operator.subscribe(T1.reply_filter)
 
         def run(topic: str) -> list[float]:
             out = []
@@ -358,7 +393,7 @@ def test_round_trip_figures(broker: Mosquitto, operator: Probe, capsys: Any) -> 
                 out.append((time.perf_counter() - t0) * 1000)
             return sorted(out)
 
-        base, bridge = run("edge/dev1/cmd/echo"), run("edge/dev1/cmd/status")
+        base, bridge = run(T1.cmd("echo")), run(T1.cmd("status"))
         assert len(bridge) == n and len(dev.ran) == n
         with capsys.disabled():
             for label, xs in (("raw paho echo", base), ("bridge status", bridge)):
@@ -441,10 +476,19 @@ def test_inbox_bounds_the_payload_bytes_it_holds() -> None:
 
 def test_topics_and_device_id_checks() -> None:
     t = Topics("edge/dev1")
-    assert t.command_name("edge/dev1/cmd/task.start") == "task.start"
-    assert t.command_name("edge/dev1/cmd/a/b") is None
-    assert t.command_name("edge/dev2/cmd/status") is None
-    assert t.cmd_filter == "edge/dev1/cmd/+" and t.reply("reset") == "edge/dev1/reply/reset"
+    # a dotted name becomes levels (NATS refuses '.' inside a level); the name stays dotted
+    assert t.cmd("task.start") == "edge/dev1/cmd/task/start"
+    assert t.reply("task.start") == "edge/dev1/reply/task/start"
+    assert t.cmd("estop") == t.legacy_cmd("estop") == "edge/dev1/cmd/estop"
+    assert t.cmd_filter == "edge/dev1/cmd/#" and t.reply_filter == "edge/dev1/reply/#"
+    assert t.command_name("edge/dev1/cmd/task/start") == "task.start"
+    assert t.command_name("edge/dev1/cmd/task.start") == "task.start"  # the deprecated alias
+    assert t.is_legacy("edge/dev1/cmd/task.start") and not t.is_legacy(t.cmd("task.start"))
+    assert t.reply_for("task.start", legacy=True) == "edge/dev1/reply/task.start"
+    assert t.command_name("edge/dev1/cmd/a/b") == "a.b"  # answered unknown_command
+    for other in ("edge/dev1/cmd", "edge/dev1/cmd/", "edge/dev1/cmd/a//b",
+                  "edge/dev1/cmd/task/start.x", "edge/dev2/cmd/status", "edge/dev1/reply/x"):
+        assert t.command_name(other) is None, other
     for bad in ("", "a/b", "dev+", "#"):
         with pytest.raises(ConfigError, match=r"device\.id"):
             MqttBridge(MqttSettings(device_id=bad), CommandAPI(lambda: Mode.IDLE))

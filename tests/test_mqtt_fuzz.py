@@ -25,7 +25,10 @@ from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 from mqtt_payloads import FuzzMessage, fuzz_stream
 
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.vocab import ErrorCode
+
+T1 = Topics("edge/dev1")  # its command and reply topics
 
 N = int(os.environ.get("EDGE_FUZZ_N", "2000"))
 SEED = int(os.environ.get("EDGE_FUZZ_SEED", "20240607"))
@@ -79,7 +82,7 @@ def _send(op: Probe, replies: Replies, msgs: list[FuzzMessage], device: str) -> 
         if m.expects_reply:
             assert replies.wait_below(WINDOW, 60), f"no progress: {len(replies.pending)} pending"
             replies.expect(m.id)
-        op.client.publish(f"edge/{device}/cmd/{m.topic_name}", m.payload, qos=1)
+        op.client.publish(Topics(f"edge/{device}").cmd(m.topic_name), m.payload, qos=1)
 
 
 @pytest.mark.timeout(120 + N // 20)  # past ~4,000 stored commands each costs a full dedup rewrite
@@ -92,7 +95,7 @@ def test_fuzzed_commands_are_all_answered_and_the_daemon_stays_flat(
     op.client.on_message = replies.on_message
     op.client.max_inflight_messages_set(100)
     assert op.connect() == 0
-    op.subscribe("edge/dev1/reply/#")
+    op.subscribe(T1.reply_filter)
     d = DaemonProc(tmp_path, broker, extra=("mqtt.telemetry_hz=1",)).start()
     try:
         d.wait_ready()

@@ -21,7 +21,10 @@ from mosquitto import Mosquitto, Probe, wait_until
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.comms.mqtt_settings import MqttSettings
+
+T1 = Topics("edge/dev1")  # its command and reply topics
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
@@ -94,7 +97,7 @@ def watcher(broker: Mosquitto) -> Iterator[Probe]:
     p = Probe(broker, "operator", MQTT_USERS["operator"])
     assert not p.connect().is_failure
     p.subscribe("edge/dev1/status")
-    p.subscribe("edge/dev1/reply/#")
+    p.subscribe(T1.reply_filter)
     yield p
     p.close()
 
@@ -133,9 +136,9 @@ def test_clean_stop_publishes_offline_and_no_password_is_logged(
     child = Child(broker, tmp_path, password)
     child.wait_ready()
     status(watcher, "online", child.boot_id)
-    watcher.publish("edge/dev1/cmd/status", b'{"v": 1, "id": "p1"}')
-    watcher.publish("edge/dev1/cmd/status", b'{"v": 1, "id": "p2", "bad": true}')
-    watcher.publish("edge/dev1/cmd/status", b"not json")
+    watcher.publish(T1.cmd("status"), b'{"v": 1, "id": "p1"}')
+    watcher.publish(T1.cmd("status"), b'{"v": 1, "id": "p2", "bad": true}')
+    watcher.publish(T1.cmd("status"), b"not json")
     for cid in ("p1", "p2"):
         watcher.expect(lambda m, c=cid: json.loads(m.payload).get("id") == c)
     assert child.finish(signal.SIGTERM) == 0
@@ -173,12 +176,12 @@ def test_broker_restart_reconnects_resubscribes_and_republishes_status(
             probe.connect()
             probe.subscribe("edge/dev1/status")
             probe.subscribe("edge/dev1/state")
-            probe.subscribe("edge/dev1/reply/#")
+            probe.subscribe(T1.reply_filter)
             st = json.loads(probe.expect("edge/dev1/status").payload)
             assert (st["state"], st["seq"], st["boot_id"]) == ("online", 1, "b-restart")
             assert json.loads(probe.expect("edge/dev1/state").payload)["homed"] is True
-            probe.publish("edge/dev1/cmd/status", b'{"v": 1, "id": "after-restart"}')
-            reply = json.loads(probe.expect("edge/dev1/reply/status").payload)
+            probe.publish(T1.cmd("status"), b'{"v": 1, "id": "after-restart"}')
+            reply = json.loads(probe.expect(T1.reply("status")).payload)
             assert reply["id"] == "after-restart" and reply["ok"]
         finally:
             probe.close()

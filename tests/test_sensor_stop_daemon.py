@@ -20,6 +20,10 @@ import pytest
 from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
+
+T1 = Topics("edge/dev1")  # its command and reply topics
+
 
 def _status(d: DaemonProc) -> dict[str, Any]:
     r = d.socket_cmd("status")
@@ -170,9 +174,9 @@ def test_failure_inject_collision_impact_over_mqtt_trips_the_collision_stop(
     try:
         _running_task(d)
         t0 = time.monotonic()
-        operator.publish("edge/dev1/cmd/failure.inject", json.dumps(
+        operator.publish(T1.cmd("failure.inject"), json.dumps(
             {"v": 1, "id": "inj-1", "target": "collision", "mode": "impact"}))
-        reply = json.loads(operator.expect("edge/dev1/reply/failure.inject", timeout=30).payload)
+        reply = json.loads(operator.expect(T1.reply("failure.inject"), timeout=30).payload)
         t_reply = time.monotonic() - t0
         assert reply["id"] == "inj-1" and reply["ok"] is True, reply
         assert reply["result"]["injected"]["mode"] == "impact", reply

@@ -20,7 +20,10 @@ from daemon_proc import JOURNAL_TASK_SETS, REPO, DaemonProc, wait_ready_for_task
 from inference_models import make_policy
 from mosquitto import Mosquitto, Probe, wait_until
 
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.store.decisions import SHADOW_NAME, journal_dir, read_decisions
+
+T1 = Topics("edge/dev1")  # its command and reply topics
 
 SHIPPED = REPO / "models" / "pick-place-policy.onnx"
 REPORT_AFTER = 60
@@ -122,9 +125,9 @@ def test_shadow_candidates_beside_the_acting_policy(tmp_path: Path, broker: Mosq
         assert s is not None and s["candidate"]["version"] == "candidate-7"
         assert all(0 <= v["agreement"] <= 1 for v in s["per_state"].values()), s
 
-        op.publish("edge/dev1/cmd/model.shadow", json.dumps({"v": 1, "id": "sh-stop",
+        op.publish(T1.cmd("model.shadow"), json.dumps({"v": 1, "id": "sh-stop",
                                                               "stop": True}))
-        reply = _payload(op.expect(lambda m: m.topic == "edge/dev1/reply/model.shadow"
+        reply = _payload(op.expect(lambda m: m.topic == T1.reply("model.shadow")
                                    and _payload(m).get("id") == "sh-stop", timeout=30))
         assert reply["ok"] and reply["result"]["stopped"], reply
         ev = _payload(op.expect(lambda m: m.topic == "edge/dev1/event"

@@ -20,6 +20,10 @@ from daemon_proc import DaemonProc
 from mosquitto import Mosquitto, Probe, wait_until
 from tcp_proxy import TcpProxy
 
+from edge_agent.comms.mqtt_common import Topics
+
+T1 = Topics("edge/dev1")  # its command and reply topics
+
 FAST_RESET = "executor.reset_min_interval_s=0"  # no rate-limit retries in these tests
 
 
@@ -95,17 +99,17 @@ def test_a_command_queued_during_a_broker_blip_never_runs_after_estop_and_reset(
         presence(operator, "online")
         proxy.cut()
         presence(operator, "offline")  # the broker saw the link go: it published our will
-        operator.publish("edge/dev1/cmd/task.start", body("queued-start"), expiry=expiry)
+        operator.publish(T1.cmd("task.start"), body("queued-start"), expiry=expiry)
         reset_at = estop_and_reset(d)
         proxy.restore()
         presence(operator, "online")
         wait_until(lambda: status(d)["mqtt_connected"], 30, "resubscribed after the blip")
         # A marker behind it: whatever the broker had queued for us arrives (and is handled,
         # one at a time, in order) before the marker's reply comes back.
-        operator.publish("edge/dev1/cmd/status", body("after-blip"))
+        operator.publish(T1.cmd("status"), body("after-blip"))
         assert reply_for(operator, "after-blip")["ok"]
         answers = [payload(m) for m in operator.drain()
-                   if m.topic == "edge/dev1/reply/task.start"]
+                   if m.topic == T1.reply("task.start")]
         for a in answers:
             assert not a["ok"] and a["error"]["code"] == "stale", a
         assert status(d)["mode"] == "idle"
@@ -126,15 +130,15 @@ def test_a_command_published_before_the_stop_is_refused_stale_after_the_reset(
         up_and_still(d)
         published_at = time.time()  # ... and then held somewhere on the way
         reset_at = estop_and_reset(d)
-        operator.publish("edge/dev1/cmd/task.start", body("held", ts=published_at))
+        operator.publish(T1.cmd("task.start"), body("held", ts=published_at))
         held = reply_for(operator, "held")
         assert not held["ok"] and held["error"]["code"] == "stale", held
-        operator.publish("edge/dev1/cmd/task.start", body("ahead", ts=time.time() + 60))
+        operator.publish(T1.cmd("task.start"), body("ahead", ts=time.time() + 60))
         ahead = reply_for(operator, "ahead")
         assert not ahead["ok"] and ahead["error"]["code"] == "clock_skew", ahead
         assert status(d)["mode"] == "idle"
         assert moved_since(d, reset_at) == [], "a stale task.start moved the robot"
-        operator.publish("edge/dev1/cmd/task.start", body("fresh", ts=time.time()))
+        operator.publish(T1.cmd("task.start"), body("fresh", ts=time.time()))
         assert reply_for(operator, "fresh")["ok"]
         # the same record does show motion once a fresh command permits it
         wait_until(lambda: bool(moved_since(d, reset_at)), 30, "the fresh task to move")
@@ -150,14 +154,14 @@ def test_a_retained_task_start_is_refused_and_never_runs(
     try:
         up_and_still(d)
         since = time.monotonic()
-        operator.publish("edge/dev1/cmd/task.start", body("retained-start"), retain=True)
+        operator.publish(T1.cmd("task.start"), body("retained-start"), retain=True)
         r = reply_for(operator, "retained-start")
         assert not r["ok"] and r["error"]["code"] == "retained", r
         # a marker: the retained one was handled (and refused) before it
-        operator.publish("edge/dev1/cmd/status", body("after-retained"))
+        operator.publish(T1.cmd("status"), body("after-retained"))
         assert reply_for(operator, "after-retained")["ok"]
         assert status(d)["mode"] == "idle"
         assert moved_since(d, since) == [], "a retained task.start moved the robot"
     finally:
-        operator.publish("edge/dev1/cmd/task.start", b"", retain=True)  # clear it
+        operator.publish(T1.cmd("task.start"), b"", retain=True)  # clear it
         d.stop()

@@ -28,7 +28,11 @@ from pki import EC_KEY, make_pki, openssl, shipped_tls_broker
 
 from edge_agent.commands import CommandAPI, Mode
 from edge_agent.comms.mqtt_bridge import MqttBridge
+from edge_agent.comms.mqtt_common import Topics
 from edge_agent.comms.mqtt_settings import MqttSettings
+
+T1 = Topics("edge/dev1")  # its command and reply topics
+T2 = Topics("edge/dev2")
 
 
 @pytest.fixture
@@ -69,9 +73,9 @@ def test_another_devices_login_cannot_knock_a_robot_off(
         _intrude(tls_port, pki / "ca.crt", 5)  # and the TLS one
         # a command round trip after the intrusions: the broker has handled every CONNECT
         operator.connect()
-        operator.subscribe("edge/dev2/reply/#")
-        operator.publish("edge/dev2/cmd/status", json.dumps({"v": 1, "id": "after"}))
-        reply = json.loads(operator.expect("edge/dev2/reply/status", timeout=15).payload)
+        operator.subscribe(T2.reply_filter)
+        operator.publish(T2.cmd("status"), json.dumps({"v": 1, "id": "after"}))
+        reply = json.loads(operator.expect(T2.reply("status"), timeout=15).payload)
         assert reply["ok"] and reply["id"] == "after"
         mqtt = d.socket_cmd("status")["result"]["mqtt"]
         assert mqtt["connected"] and mqtt["connections"] == 1, mqtt  # never knocked off
@@ -175,13 +179,13 @@ def test_a_response_topic_outside_reply_is_not_honoured(broker: Mosquitto) -> No
         assert bridge.wait_ready(15), open_broker.log()
         watcher.connect()
         watcher.subscribe("edge/#")
-        for i, topic in enumerate(("edge/fleet/cmd/estop", "edge/dev2/cmd/estop",
+        for i, topic in enumerate((T1.fleet_estop, T2.cmd("estop"),
                                    "edge/dev1/status", "edge/dev1/reply/+")):
-            watcher.publish("edge/dev1/cmd/status", json.dumps({"v": 1, "id": f"rt-{i}"}),
+            watcher.publish(T1.cmd("status"), json.dumps({"v": 1, "id": f"rt-{i}"}),
                             response_topic=topic, correlation=b"c")
             msg = watcher.expect(lambda m, i=i: m.topic.startswith("edge/dev1/reply/")  # type: ignore[misc]
                                  and json.loads(m.payload).get("id") == f"rt-{i}")
-            assert msg.topic == "edge/dev1/reply/status"  # the device's own reply topic
+            assert msg.topic == T1.reply("status")  # the device's own reply topic
         stray = [m.topic for m in watcher.drain() if ("/cmd/" in m.topic and "estop" in m.topic)
                  or (m.topic == "edge/dev1/status" and b"rt-" in m.payload)]
         assert stray == [] and estops == [], stray

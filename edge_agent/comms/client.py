@@ -1,9 +1,11 @@
 """What `edge-agent cmd NAME [JSON]` uses: send one command, return its reply.
 
 Over the local control socket when it exists and answers, else over MQTT: MQTT 5 request/response
-(a private response topic under `<prefix>/reply/<name>/`, where the device's ACL lets it write,
-plus correlation data and a message expiry equal to the timeout — never on `estop`), and for
-MQTT 3.1.1 devices the plain `<prefix>/reply/<name>` matched by command id.
+(a private response topic under `<prefix>/reply/<group>/<verb>/`, where the device's ACL lets
+it write, plus correlation data and a message expiry equal to the timeout — never on `estop`),
+and for MQTT 3.1.1 devices the plain `<prefix>/reply/<group>/<verb>` matched by command id.
+It publishes on `<prefix>/cmd/<group>/<verb>` (`task.start` → `cmd/task/start`: Topics), never
+on the deprecated dotted topics.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from paho.mqtt.packettypes import PacketTypes
 
 from edge_agent.comms.jsonline import CommandTimeout, CommandTransportError, json_line_request
 from edge_agent.comms.mqtt_common import (
+    V5_CLOSED,
     TlsOptions,
     Topics,
+    connect_refusal,
     make_client,
     mqtt_properties,
     protocol_number,
@@ -105,8 +109,13 @@ def _via_mqtt(target: MqttTarget, name: str, body: dict[str, Any],
 
     def on_connect(c: paho.Client, u: Any, flags: Any, rc: Any, props: Any) -> None:
         if reason_failed(rc):
-            failure.append(f"broker refused the connection: {rc}")
+            failure.append(connect_refusal(rc, v5=v5))
         connected.set()
+
+    def on_disconnect(c: paho.Client, u: Any, flags: Any, rc: Any, props: Any) -> None:
+        if not connected.is_set():  # closed before any CONNACK
+            failure.append(V5_CLOSED if v5 else f"the broker closed the connection: {rc}")
+            connected.set()
 
     def on_subscribe(c: paho.Client, u: Any, mid: int, codes: Any, props: Any) -> None:
         if any(reason_failed(rc) for rc in codes):
@@ -124,6 +133,7 @@ def _via_mqtt(target: MqttTarget, name: str, body: dict[str, Any],
             replies.put(reply)
 
     client.on_connect, client.on_subscribe, client.on_message = on_connect, on_subscribe, on_message
+    client.on_disconnect = on_disconnect
 
     def on_socket_open(c: paho.Client, u: Any, sock: Any) -> None:
         set_nodelay(sock)

@@ -33,6 +33,7 @@ class InboundCommand:
     correlation: bytes | None = None
     priority: bool = False
     arrived: Epoch | None = None  # the stop epoch on arrival: a stop since makes motion stale
+    legacy: bool = False  # came on a deprecated dotted topic: answered on its reply alias
 
 
 class CommandInbox:

@@ -1,10 +1,9 @@
 """The MQTT bridge: one paho 2.x client onto the CommandAPI, presence (birth/LWT), publish helpers.
 
 Threads: paho's network thread runs the callbacks, which never block and never wait for a
-publish — they put commands into a bounded `CommandInbox` drained by one worker thread that calls
-`CommandAPI.handle` and publishes the reply. The exception is the e-stop (`<prefix>/cmd/estop` and
-the fleet topic): `on_estop(source)` is called right in paho's thread, whatever the payload,
-retain flag or expiry, and then the e-stop is queued at the front of the inbox for its reply.
+publish — they hand command messages to `CommandIntake` (mqtt_inbound.py: admission, the e-stop
+fast path, retained and expired commands, the reply path), which puts them into a bounded
+`CommandInbox` drained by one worker thread that calls `CommandAPI.handle` and publishes the reply.
 
 Presence follows Sparkplug's bdSeq: the Last Will (`offline`, retained) is set before each
 connection attempt with that attempt's `seq`; the birth (`online`, retained) carries the same
@@ -13,14 +12,7 @@ connection attempt with that attempt's `seq`; the birth (`online`, retained) car
 Sessions: every connection starts clean and the session expires with it (MQTT 5 clean start,
 session expiry 0; 3.1.1 clean session), so the broker keeps nothing for the daemon while it is
 unreachable: a command published then is never delivered (REQUIREMENTS.md 2, DESIGN.md stop
-model). The stop epoch when a command arrives travels with it to the API, which refuses a motion
-command `stale` if a stop or reset came in between (commands/freshness.py). MQTT 5 message
-expiry is honoured on arrival.
-
-Retained commands never run: the command subscription asks for retain-as-published (MQTT 5), so
-a retained `task.start` published while we are subscribed still carries its flag, and is answered
-`retained`; stored ones are not even sent (retain handling 2). MQTT 3.1.1 has neither: a broker
-clears the flag on live delivery, so only the stored copy (sent on subscribing) is recognised.
+model).
 """
 
 from __future__ import annotations
@@ -35,18 +27,17 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edge_agent.clock import Clock, MonotonicClock
 from edge_agent.commands.api import CommandAPI
-from edge_agent.commands.codes import Reply
-from edge_agent.commands.schema import recover_id
-from edge_agent.comms.inbox import CommandInbox, InboundCommand
+from edge_agent.comms.inbox import CommandInbox
 from edge_agent.comms.mqtt_bounded import BoundedClient, connect_kwargs
 from edge_agent.comms.mqtt_common import (
+    V5_CLOSED,
     Topics,
     check_topic_level,
     connect_failure_reason,
+    connect_refusal,
     make_client,
     mqtt_properties,
     protocol_number,
@@ -54,9 +45,9 @@ from edge_agent.comms.mqtt_common import (
     set_nodelay,
     to_payload,
 )
+from edge_agent.comms.mqtt_inbound import CommandIntake
 from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.log import get_logger
-from edge_agent.vocab import ErrorCode
 
 _log = get_logger(__name__)
 
@@ -69,13 +60,12 @@ class MqttBridge:
                  on_connection: Callable[[bool], None] | None = None,
                  clock: Clock | None = None, rng: random.Random | None = None) -> None:
         st = self.settings = settings
-        self._api = api
         self.device_id = check_topic_level("device.id", st.device_id)
-        self.topics = Topics(st.topic_prefix or f"edge/{st.device_id}", st.fleet_estop_topic)
+        self.topics = Topics(st.topic_prefix or f"edge/{st.device_id}", st.fleet_estop_topic,
+                             legacy=st.legacy_topics)
         self._v5 = protocol_number(st.protocol) == paho.MQTTv5
         self._identity = {"boot_id": st.boot_id or uuid.uuid4().hex, "version": st.version,
                           "config_hash": st.config_hash}
-        self._on_estop = on_estop
         self._on_connection = on_connection
         self._clock: Clock = clock or MonotonicClock()
         self._rng = rng or random.Random()
@@ -83,6 +73,7 @@ class MqttBridge:
         self._attempt_seq = 0  # the seq the will of the pending connection attempt carries
         self._live_seq: int | None = None  # the seq of the current connection's birth
         self._connections = 0
+        self._connack_seen = False  # this attempt got a CONNACK (accepted or refused)
         self._connected = threading.Event()
         self._subscribed = threading.Event()  # this connection's SUBACK came back granted
         self._sub_mid: int | None = None
@@ -92,9 +83,12 @@ class MqttBridge:
         self.counters: dict[str, int] = dict.fromkeys((
             "received", "estops", "ignored", "retained", "replies", "publish_dropped",
             "publish_refused", "telemetry_suppressed", "connections", "disconnects",
-            "response_topic_refused"), 0)
+            "response_topic_refused", "legacy_topic"), 0)
         self.last_error: str | None = None  # why the last connection attempt failed
-        self._inbox = CommandInbox(self._process, maxsize=st.inbox_size)
+        self._intake = CommandIntake(api, self.topics, v5=self._v5, clock=self._clock,
+                                     inbox_size=st.inbox_size, publish=self._publish,
+                                     counters=self.counters, lock=self._lock, on_estop=on_estop)
+        self._inbox = self._intake.inbox
         self._client = make_client(st.device_id, protocol=st.protocol,
                                    username=st.username or st.device_id,
                                    password=st.password, tls=st.tls, clean_session=True,
@@ -248,6 +242,7 @@ class MqttBridge:
 
     def _on_pre_connect(self, client: paho.Client, userdata: Any) -> None:
         self._attempt_seq = self._connections
+        self._connack_seen = False
         self._set_will(self._attempt_seq)
 
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
@@ -255,24 +250,17 @@ class MqttBridge:
 
     def _on_connect(self, client: paho.Client, userdata: Any, flags: Any, reason_code: Any,
                     properties: Any) -> None:
+        self._connack_seen = True
         if reason_failed(reason_code):
-            self.last_error = f"the broker refused the connection: {reason_code}"
-            _log.error("mqtt_connect_refused", reason=str(reason_code), host=self.settings.host)
+            self._refused(connect_refusal(reason_code, v5=self._v5), str(reason_code))
             return
         self.last_error = None
         set_nodelay(client.socket())
         self._live_seq = self._attempt_seq
         self._connections += 1
         self.counters["connections"] += 1
-        cmd_opts: Any = 1
-        fleet_opts: Any = 1
-        if self._v5:  # a retained command is never run; a retained fleet e-stop still stops
-            cmd_opts = SubscribeOptions(qos=1, retainAsPublished=True,
-                                        retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-            fleet_opts = SubscribeOptions(qos=1)
         self._subscribed.clear()
-        _rc, self._sub_mid = client.subscribe([(self.topics.cmd_filter, cmd_opts),
-                                               (self.topics.fleet_estop, fleet_opts)])
+        _rc, self._sub_mid = client.subscribe(self._intake.subscriptions())
         client.publish(self.topics.status, self._status("online"), qos=1, retain=True)
         if self._last_state is not None:
             client.publish(self.topics.state, to_payload(self._last_state), qos=1, retain=True)
@@ -283,6 +271,13 @@ class MqttBridge:
             _log.error("mqtt_session_present_despite_clean_start", seq=self._live_seq)
         _log.info("mqtt_connected", seq=self._live_seq, session_present=session_present)
         self._notify_connection(True)
+
+    def _refused(self, why: str, reason: str) -> None:
+        """Log a refused attempt once per cause (paho retries with backoff for ever)."""
+        if why != self.last_error:
+            _log.error("mqtt_connect_refused", reason=reason, host=self.settings.host,
+                       port=self.settings.port, error=why)
+        self.last_error = why
 
     def _on_connect_fail(self, client: paho.Client, userdata: Any) -> None:
         # paho calls this inside its `except OSError:`: the exception says why (a TLS
@@ -297,6 +292,9 @@ class MqttBridge:
         was = self._connected.is_set()
         self._connected.clear()
         self._subscribed.clear()
+        if not was and self._v5 and not self._connack_seen and not self._stopped:
+            # closed before any CONNACK: RabbitMQ before 3.13 answers an MQTT 5 CONNECT so
+            self._refused(V5_CLOSED, str(reason_code))
         if was:
             self.counters["disconnects"] += 1
             _log.warning("mqtt_disconnected", reason=str(reason_code), seq=self._live_seq)
@@ -325,76 +323,6 @@ class MqttBridge:
 
     def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         try:
-            self._dispatch(msg)
+            self._intake.dispatch(msg)
         except Exception:
             _log.exception("mqtt_dispatch_failed", topic=msg.topic)
-
-    def _dispatch(self, msg: paho.MQTTMessage) -> None:
-        now = self._clock.now()
-        arrived = self._api.epoch()  # before anything else: a stop may trip any moment now
-        topic = msg.topic
-        self.counters["received"] += 1
-        props = getattr(msg, "properties", None)
-        response_topic = getattr(props, "ResponseTopic", None) or None
-        correlation = getattr(props, "CorrelationData", None) or None
-        if topic in (self.topics.fleet_estop, self.topics.cmd("estop")):
-            source = "fleet" if topic == self.topics.fleet_estop else "mqtt"
-            self.counters["estops"] += 1
-            if self._on_estop is not None:
-                try:
-                    self._on_estop(source)
-                except Exception:
-                    _log.exception("on_estop_failed", source=source)
-            self._inbox.offer(InboundCommand("estop", bytes(msg.payload), source, None,
-                                             response_topic, correlation, priority=True))
-            return
-        name = self.topics.command_name(topic)
-        if name is None:
-            self.counters["ignored"] += 1
-            _log.warning("mqtt_message_ignored", topic=topic)
-            return
-        expiry = getattr(props, "MessageExpiryInterval", None)
-        deadline = now + float(expiry) if expiry is not None else None
-        item = InboundCommand(name, bytes(msg.payload), "mqtt", deadline, response_topic,
-                              correlation, arrived=arrived)
-        if msg.retain:  # whoever retained it meant "for whoever subscribes later": never run
-            self.counters["retained"] += 1
-            _log.warning("mqtt_retained_command_refused", topic=topic,
-                         id=recover_id(item.payload))
-            self._send_reply(item, Reply.failure(
-                recover_id(item.payload), ErrorCode.RETAINED,
-                "retained messages are never run as commands; publish it without retain "
-                "(and clear the retained one: an empty retained message on this topic)"))
-            return
-        if not self._inbox.offer(item):
-            self._send_reply(item, Reply.failure(recover_id(item.payload), ErrorCode.OVERLOADED,
-                                                 "command inbox full; try again"))
-
-    # -- worker thread ---------------------------------------------------------------------
-
-    def _process(self, item: InboundCommand) -> None:
-        reply = self._api.handle(item.name, item.payload, source=item.source,
-                                 deadline=item.deadline, arrived=item.arrived)
-        self._send_reply(item, reply)
-
-    def _send_reply(self, item: InboundCommand, reply: Reply) -> None:
-        if reply.id is None and item.correlation is None:
-            _log.info("mqtt_reply_unroutable", command=item.name, code=str(reply.code))
-            return
-        topic = self.topics.reply(item.name)
-        props = None
-        if item.response_topic:
-            if self.topics.reply_allowed(item.response_topic):
-                topic = item.response_topic
-            else:  # e.g. the fleet e-stop topic: this device publishes only its own replies
-                with self._lock:
-                    self.counters["response_topic_refused"] += 1
-                _log.warning("mqtt_response_topic_refused", topic=item.response_topic[:200],
-                             allowed=f"{self.topics.prefix}/reply/...")
-        if self._v5 and item.correlation is not None:
-            props = mqtt_properties(PacketTypes.PUBLISH)
-            props.CorrelationData = item.correlation
-        if self._publish(topic, reply.to_dict(), qos=1, properties=props) is not None:
-            with self._lock:
-                self.counters["replies"] += 1
-

@@ -16,6 +16,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.properties import Properties
 
+from edge_agent.comms.topic_rules import name_levels
 from edge_agent.errors import ConfigError
 from edge_agent.log import get_logger
 
@@ -96,19 +97,40 @@ def _ssl_reason(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Topics:
-    """Every topic of one device, derived from its prefix (`edge/<device.id>` by default)."""
+    """Every topic of one device, derived from its prefix (`edge/<device.id>` by default).
+
+    A command travels on `<prefix>/cmd/<group>/<verb>` (`cmd/task/start`) and is answered on
+    `<prefix>/reply/<group>/<verb>`; its NAME stays dotted (`task.start`) in payloads, events and
+    the CLI. The dotted topics of earlier releases (`cmd/task.start`, answered on
+    `reply/task.start`) are deprecated aliases the daemon still serves while `legacy` is true
+    (config `mqtt.legacy_topics`). Names without a dot (`status`, `estop`) have one topic."""
 
     prefix: str
     fleet_estop: str = FLEET_ESTOP_TOPIC
+    legacy: bool = True  # the daemon answers the dotted alias topics too
 
     @property
     def cmd_filter(self) -> str:
-        return f"{self.prefix}/cmd/+"
+        """What the daemon subscribes: every command (and, under `#`, the dotted aliases)."""
+        return f"{self.prefix}/cmd/#"
+
+    @property
+    def reply_filter(self) -> str:
+        """Every reply of this device (`+` as the device level in the prefix: of every device)."""
+        return f"{self.prefix}/reply/#"
 
     def cmd(self, name: str) -> str:
-        return f"{self.prefix}/cmd/{name}"
+        return f"{self.prefix}/cmd/{name_levels(name)}"
 
     def reply(self, name: str) -> str:
+        return f"{self.prefix}/reply/{name_levels(name)}"
+
+    def legacy_cmd(self, name: str) -> str:
+        """The deprecated dotted alias of `cmd(name)` (the same topic when the name has no dot)."""
+        return f"{self.prefix}/cmd/{name}"
+
+    def legacy_reply(self, name: str) -> str:
+        """Where a command that came on `legacy_cmd(name)` is answered."""
         return f"{self.prefix}/reply/{name}"
 
     def reply_allowed(self, topic: str) -> bool:
@@ -139,12 +161,25 @@ class Topics:
         return f"{self.prefix}/telemetry"
 
     def command_name(self, topic: str) -> str | None:
-        """`<prefix>/cmd/<name>` → name; None for any other topic."""
+        """`<prefix>/cmd/task/start` (or the dotted alias `<prefix>/cmd/task.start`) →
+        `task.start`; None for any other topic (an empty level, a dot beside a `/`)."""
         head = f"{self.prefix}/cmd/"
         if not topic.startswith(head):
             return None
-        name = topic[len(head):]
-        return name if name and "/" not in name else None
+        rest = topic[len(head):]
+        levels = rest.split("/")
+        if not rest or "" in levels or (len(levels) > 1 and "." in rest):
+            return None
+        return ".".join(levels)
+
+    def is_legacy(self, topic: str) -> bool:
+        """A command on a dotted alias topic (`<prefix>/cmd/task.start`)."""
+        head = f"{self.prefix}/cmd/"
+        return topic.startswith(head) and "." in topic[len(head):]
+
+    def reply_for(self, name: str, *, legacy: bool = False) -> str:
+        """Where a command is answered: the alias's reply topic when it came on an alias."""
+        return self.legacy_reply(name) if legacy else self.reply(name)
 
 
 def check_topic_level(key: str, value: str) -> str:
@@ -215,6 +250,29 @@ def reason_failed(reason_code: Any) -> bool:
         return int(reason_code) != 0
     except (TypeError, ValueError):
         return True
+
+
+V5_REFUSED = ("the broker does not speak MQTT 5 (NATS, and RabbitMQ before 3.13, speak only "
+              "3.1.1): set mqtt.protocol = \"3.1.1\" (docs/INSTALL.md, Brokers)")
+V5_CLOSED = ("the broker closed the connection before answering the MQTT 5 CONNECT: if it does "
+             "not speak MQTT 5 (RabbitMQ before 3.13 closes silently), set "
+             "mqtt.protocol = \"3.1.1\" (docs/INSTALL.md, Brokers)")
+
+
+def protocol_refused(reason_code: Any) -> bool:
+    """A CONNACK that refuses the protocol version (MQTT 5 reason 0x84; paho maps 3.1.1's 1)."""
+    value = getattr(reason_code, "value", reason_code)
+    try:
+        return int(value) == 0x84
+    except (TypeError, ValueError):
+        return False
+
+
+def connect_refusal(reason_code: Any, *, v5: bool = True) -> str:
+    """One line for a refused CONNACK: the reason, and `mqtt.protocol` when that is the cause."""
+    if v5 and protocol_refused(reason_code):
+        return f"the broker refused the connection: {reason_code}: {V5_REFUSED}"
+    return f"the broker refused the connection: {reason_code}"
 
 
 def connect_failure_reason(exc: BaseException | None) -> str:

@@ -33,6 +33,7 @@ class MqttSettings:
     password: str | None = field(default=None, repr=False)
     tls: TlsOptions | None = None
     topic_prefix: str | None = None  # None: edge/<device_id>
+    legacy_topics: bool = True  # also serve the deprecated dotted command topics
     fleet_estop_topic: str = FLEET_ESTOP_TOPIC
     protocol: str | int = "5"
     keepalive: int = 30
@@ -55,7 +56,8 @@ class MqttSettings:
             username=m.username or cfg.device.id,
             password=m.password.reveal() if m.password else None,
             tls=TlsOptions.from_config(m.tls) if m.tls.enabled else None,
-            topic_prefix=m.topic_prefix or None, fleet_estop_topic=m.fleet_topic,
+            topic_prefix=m.topic_prefix or None, legacy_topics=m.legacy_topics,
+            fleet_estop_topic=m.fleet_topic,
             protocol=m.protocol, keepalive=m.keepalive_s, max_queued=m.max_queued,
             reconnect_min_s=m.reconnect_min_s, reconnect_max_s=m.reconnect_max_s,
             boot_id=boot_id, config_hash=cfg.hash,

@@ -24,10 +24,16 @@ from typing import Any, TextIO
 import paho.mqtt.client as paho
 
 from edge_agent.comms.client import MqttTarget
-from edge_agent.comms.mqtt_common import make_client, reason_failed, set_nodelay
+from edge_agent.comms.mqtt_common import (
+    Topics,
+    connect_refusal,
+    make_client,
+    protocol_number,
+    reason_failed,
+    set_nodelay,
+)
 from edge_agent.errors import EdgeAgentError
 
-KINDS = ("status", "state", "event", "report")
 _ENVELOPE = ("v", "ts", "mono", "boot_id", "type")
 _MAX_VALUE = 80
 _MAX_LINE = 240
@@ -50,10 +56,9 @@ class WatchOptions:
     quiet_hint_s: float = 5.0  # say on stderr why nothing arrives after this long
 
     def filters(self) -> list[str]:
-        base = self.prefix or f"edge/{self.device}"
-        kinds = [*KINDS, *(("telemetry",) if self.telemetry else ()),
-                 *(("reply/#",) if self.replies else ())]
-        return [f"{base}/{k}" for k in kinds]
+        t = Topics(self.prefix or f"edge/{self.device}")  # `edge/+`: every device
+        return [t.status, t.state, t.event, t.report, *((t.telemetry,) if self.telemetry else ()),
+                *((t.reply_filter,) if self.replies else ())]
 
 
 @dataclass(frozen=True)
@@ -215,8 +220,8 @@ class Watcher:
                              f"{timeout:g} s") from None
         if reason_failed(rc):
             self.stop()
-            raise WatchError(f"the broker at {t.host}:{t.port} refused the connection: {rc} "
-                             f"(user {t.username!r})")
+            why = connect_refusal(rc, v5=protocol_number(t.protocol) == paho.MQTTv5)
+            raise WatchError(f"{t.host}:{t.port}: {why} (user {t.username!r})")
 
     def _on_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         set_nodelay(sock)

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edge_agent.config.schema import Secret
+from edge_agent.comms.topic_rules import portability_problem
+from edge_agent.config.spec import Secret
 from edge_agent.errors import ConfigError
 from edge_agent.robot import RobotDescription
 
@@ -245,6 +246,10 @@ def _check_topic(key: str, topic: str, ctx: LoadContext, *, wildcards: bool) -> 
             raise ctx.fail(key, topic, "must not contain the wildcards '+' or '#'")
         if ("+" in lvl and lvl != "+") or ("#" in lvl and (lvl != "#" or i != len(levels) - 1)):
             raise ctx.fail(key, topic, "'+' must fill a whole level and '#' only the last one")
+    # valid on every major broker (Mosquitto, EMQX, HiveMQ, NATS, RabbitMQ): docs/INSTALL.md
+    problem = portability_problem(topic, wildcards=wildcards)
+    if problem is not None:
+        raise ctx.fail(key, topic, problem)
 
 
 def _check_port(port: str | None, ctx: LoadContext) -> None:

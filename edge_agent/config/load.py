@@ -47,11 +47,10 @@ from edge_agent.config.schema import (
     MqttSection,
     ObserveSection,
     ReportsSection,
-    Secret,
     SimSection,
-    Spec,
     StoreSection,
 )
+from edge_agent.config.spec import Secret, Spec
 from edge_agent.config.values import Elided, config_keys, convert, read_table, unknown
 from edge_agent.errors import ConfigError
 from edge_agent.robot import RobotDescription, load_robot

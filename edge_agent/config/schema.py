@@ -1,4 +1,5 @@
-"""The configuration schema: one frozen dataclass per section; each field carries its type, limits.
+"""The configuration schema: one frozen dataclass per section; each field carries its type, limits
+(declared with config/spec.py's `opt`).
 
 The loader (edge_agent.config.load) walks these dataclasses, so a key exists exactly when a field
 declares it here, with its default and the checks that apply to it. configs/sim.toml documents
@@ -9,15 +10,13 @@ every key in a comment. Units are in the key's suffix (_s, _ms, _us, _hz, _m, _n
 # ruff: noqa: RUF009
 from __future__ import annotations
 
-import hashlib
-import hmac
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from edge_agent.config.spec import Secret, Spec, opt, secs
 
 SCHEMA_VERSION = 1
-Kind = Literal["bool", "int", "float", "str", "path", "secret", "strlist", "table"]
-Exists = Literal["", "file", "dir"]
 
 ONNX_PROVIDERS = (
     "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider",
@@ -25,76 +24,6 @@ ONNX_PROVIDERS = (
     "DnnlExecutionProvider", "ACLExecutionProvider", "ArmNNExecutionProvider",
     "XnnpackExecutionProvider", "QNNExecutionProvider", "CoreMLExecutionProvider",
 )
-
-
-class Secret:
-    """A secret string (a password, a webhook URL with a token): repr and str are '***'."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The secret itself: call it only where it is handed to the library that needs it."""
-        return self._value
-
-    def digest(self) -> str:
-        """sha256 hex of the secret (what the config hash sees instead of the secret)."""
-        return hashlib.sha256(b"edge-agent secret\0" + self._value.encode()).hexdigest()
-
-    def __repr__(self) -> str:
-        return "***"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return NotImplemented
-        return hmac.compare_digest(self._value.encode(), other._value.encode())
-
-    def __hash__(self) -> int:
-        return hash(("Secret", self._value))
-
-
-class Spec:
-    """How one key is read: its kind, whether it is required, its limits and why they exist.
-
-    A plain class, not a dataclass: every dataclass costs ~1 ms of start-up on a slow CPU.
-    """
-
-    __slots__ = ("choices", "derived", "exists", "hi", "hint", "kind", "lo", "lo_open",
-                 "pattern", "required", "table")
-
-    def __init__(self, kind: Kind, *, required: bool = False, lo: float | None = None,
-                 hi: float | None = None, lo_open: bool = False, choices: tuple[str, ...] = (),
-                 pattern: str | None = None, hint: str = "", exists: Exists = "",
-                 derived: str = "", table: type | None = None) -> None:
-        self.kind = kind
-        self.required = required
-        self.lo, self.hi, self.lo_open = lo, hi, lo_open
-        self.choices = choices
-        self.pattern = pattern  # the whole string must match (re.fullmatch)
-        self.hint = hint  # appended to range / pattern errors: why the limit exists
-        self.exists = exists  # "file": a regular file; "dir": a directory if present
-        self.derived = derived  # the default is computed from other keys (documented here)
-        self.table = table
-
-    def __repr__(self) -> str:
-        return f"Spec({self.kind!r}, required={self.required})"
-
-
-def opt(kind: Kind, default: Any = None, **kw: Any) -> Any:
-    """A dataclass field with its Spec in the metadata."""
-    spec = Spec(kind, **kw)
-    if kind == "table":
-        assert spec.table is not None
-        return field(default_factory=spec.table, metadata={"spec": spec})
-    return field(default=default, metadata={"spec": spec})
-
-
-def _secs(default: float) -> Any:
-    return opt("float", default, lo=0.0, lo_open=True, hi=3600.0)
 
 
 # --------------------------------------------------------------------------- sections
@@ -131,12 +60,13 @@ class MqttSection:
     password_file: Path | None = opt("path", exists="file")
     tls: MqttTlsSection = opt("table", table=MqttTlsSection)
     topic_prefix: str = opt("str", "", derived="edge/<device.id>")
+    legacy_topics: bool = opt("bool", True)  # also serve the deprecated cmd/task.start topics
     protocol: str = opt("str", "5", choices=("5", "3.1.1"))
     keepalive_s: int = opt("int", 10, lo=1, hi=65535)
     fleet_topic: str = opt("str", "edge/fleet/cmd/estop")
     max_queued: int = opt("int", 1000, lo=1, hi=1_000_000)
-    reconnect_min_s: float = _secs(0.5)
-    reconnect_max_s: float = _secs(30.0)
+    reconnect_min_s: float = secs(0.5)
+    reconnect_max_s: float = secs(30.0)
     dedup_window_s: float = opt("float", 3600.0, lo=0.0, lo_open=True, hi=30 * 86400.0)
     clock_skew_s: float = opt("float", 1.0, lo=0.0, hi=60.0,
                               hint="how far a publisher's clock may be from ours: a command's "
@@ -190,12 +120,12 @@ class ControlSection:
 class L1TimeoutsSection:
     """[executor.l1_timeouts_s]: L1 timeout (s) of one attempt, per state."""
 
-    approach: float = _secs(5.0)
-    grasp: float = _secs(2.0)
-    lift: float = _secs(3.0)
-    transfer: float = _secs(6.0)
-    release: float = _secs(2.0)
-    retreat: float = _secs(3.0)
+    approach: float = secs(5.0)
+    grasp: float = secs(2.0)
+    lift: float = secs(3.0)
+    transfer: float = secs(6.0)
+    release: float = secs(2.0)
+    retreat: float = secs(3.0)
 
 
 @dataclass(frozen=True, slots=True)

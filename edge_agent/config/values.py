@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.config.checks import LoadContext
-from edge_agent.config.schema import SECTIONS, TOP_LEVEL, Secret, Spec
+from edge_agent.config.schema import SECTIONS, TOP_LEVEL
+from edge_agent.config.spec import Secret, Spec
 from edge_agent.errors import ConfigError
 
 ENV_VARS = ("CREDENTIALS_DIRECTORY", "STATE_DIRECTORY", "RUNTIME_DIRECTORY",

@@ -64,11 +64,13 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
     from paho.mqtt.packettypes import PacketTypes
 
     from edge_agent.comms.mqtt_common import (
+        V5_REFUSED,
         TlsOptions,
         Topics,
         make_client,
         mqtt_properties,
         protocol_number,
+        protocol_refused,
     )
 
     m = cfg.mqtt
@@ -113,6 +115,8 @@ def check_broker(cfg: Config, timeout: float = 5.0) -> list[Finding]:
                           "(`systemctl status mosquitto`) and is reachable from here")]
         client.loop_start()
         rc = _expect(events, "connect", timeout)
+        if v5 and rc is not None and protocol_refused(rc):
+            return [error("broker", f"{where}: MQTT 5 refused: {rc}", V5_REFUSED)]
         if rc is None or _failed(rc):
             why = "no answer" if rc is None else str(rc)
             return [error("broker", f"{where}: login refused: {why}",
