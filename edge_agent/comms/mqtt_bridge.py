@@ -22,7 +22,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
@@ -48,6 +48,11 @@ from edge_agent.comms.mqtt_common import (
 from edge_agent.comms.mqtt_inbound import CommandIntake
 from edge_agent.comms.mqtt_settings import MqttSettings
 from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.contract.events import Event
+    from edge_agent.contract.payloads import ReportPayload, TelemetryFields
+    from edge_agent.contract.status import StateFields
 
 _log = get_logger(__name__)
 
@@ -77,7 +82,7 @@ class MqttBridge:
         self._connected = threading.Event()
         self._subscribed = threading.Event()  # this connection's SUBACK came back granted
         self._sub_mid: int | None = None
-        self._last_state: Mapping[str, Any] | None = None
+        self._last_state: StateFields | None = None
         self._last_telemetry: float | None = None
         self._started = self._stopped = False
         self.counters: dict[str, int] = dict.fromkeys((
@@ -171,19 +176,19 @@ class MqttBridge:
 
     # -- publish helpers (any thread, never block) ----------------------------------------
 
-    def publish_state(self, state: Mapping[str, Any]) -> bool:
+    def publish_state(self, state: StateFields) -> bool:
         """Retained `<prefix>/state`; re-published after every reconnect."""
-        self._last_state = dict(state)
+        self._last_state = state.copy()
         return self._publish(self.topics.state, state, qos=1, retain=True) is not None
 
-    def publish_event(self, event: Mapping[str, Any]) -> bool:
+    def publish_event(self, event: Event) -> bool:
         return self._publish(self.topics.event, event, qos=1) is not None
 
-    def publish_report(self, report: Mapping[str, Any]) -> paho.MQTTMessageInfo | None:
+    def publish_report(self, report: ReportPayload) -> paho.MQTTMessageInfo | None:
         """QoS 1 `<prefix>/report`; its handle (PUBACK: is_published()), None if not sent."""
         return self._publish(self.topics.report, report, qos=1) if self.connected else None
 
-    def publish_telemetry(self, telemetry: Mapping[str, Any]) -> bool:
+    def publish_telemetry(self, telemetry: TelemetryFields) -> bool:
         """QoS 0, at most one per `telemetry_min_interval_s`; False when suppressed or dropped."""
         now = self._clock.now()
         with self._lock:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from edge_agent.comms import runtime_dir
 from edge_agent.comms.control_socket import SOCKET_NAME, ControlSocketServer
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from edge_agent.comms.mqtt_bridge import MqttBridge
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
-    from edge_agent.contract.payloads import TelemetryFields
+    from edge_agent.contract.payloads import ReportPayload, TelemetryFields
     from edge_agent.contract.status import MqttStatus, StateFields
     from edge_agent.reports.sinks import Published
 
@@ -174,7 +174,7 @@ class CommsHub:
         if not self._stopping:
             bridge.publish_event(ev)
 
-    def publish_report(self, payload: Mapping[str, Any]) -> Published | None:
+    def publish_report(self, payload: ReportPayload) -> Published | None:
         """A repair report on MQTT: its handle (delivered on the broker's PUBACK), None when
         not handed over (no bridge yet, not connected: the outbox retries)."""
         bridge = self.bridge

@@ -35,6 +35,7 @@ from edge_agent.vocab import ESTOP_CAUSES, StopCause
 if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
+    from edge_agent.contract.payloads import ReportPayload
     from edge_agent.contract.status_parts import ReportsStatus
     from edge_agent.daemon.control import ControlPath
     from edge_agent.reports.record import Report
@@ -52,7 +53,7 @@ class DaemonReports:
                  decisions: DecisionJournal | None,
                  model_status: Callable[[], Mapping[str, Any] | None],
                  publish_event: Callable[[Event], None],
-                 publish_report: Callable[[Mapping[str, Any]], Published | None]) -> None:
+                 publish_report: Callable[[ReportPayload], Published | None]) -> None:
         self.control = control
         self._decisions_journal = decisions
         self._model_status = model_status

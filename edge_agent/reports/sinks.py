@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -120,7 +120,7 @@ class MqttSink:
 
     name = "mqtt"
 
-    def __init__(self, publish: Callable[[Mapping[str, Any]], Published | None], device: str, *,
+    def __init__(self, publish: Callable[[ReportPayload], Published | None], device: str, *,
                  ack_timeout_s: float = 30.0, poll_s: float = 0.05,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.publish = publish
