@@ -139,6 +139,16 @@ def _config_error(exc: ConfigError, path: str) -> str:
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
+    from edge_agent.daemon.procstart import pause_gc, resume_gc
+
+    pause_gc()  # until READY (HeapKeeper.ready collects once and resumes it)
+    try:
+        return _run_daemon(a)
+    finally:
+        resume_gc()  # the daemon stopped before READY (or a test runs main() in-process)
+
+
+def _run_daemon(a: argparse.Namespace) -> int:
     from edge_agent.daemon.procstart import mark
 
     mark("cli")
