@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 _N_ACTIONS = len(Action)
 _ACTIONS = tuple(Action(i) for i in range(_N_ACTIONS))  # output index -> action, looked up
+_LABELS = tuple(a.name.lower() for a in _ACTIONS)  # by index: an IntEnum's hash is Python code
 _isfinite = math.isfinite
-_LABELS = {a: a.name.lower() for a in Action}
 
 
 class PendingDecision:
