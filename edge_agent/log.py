@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,22 +35,45 @@ __all__ = ["Logger", "bind_task", "capture_logs", "get_logger", "import_structlo
 _default_lock = threading.Lock()
 
 
+class _AsyncioOnUse(types.ModuleType):
+    """Stands in for `asyncio` while structlog is imported; the real module on first use.
+
+    structlog.stdlib imports asyncio (and through it ssl: ~10 ms of CPU here) for its async
+    logger methods, which edge-agent never calls; the daemon itself does not use asyncio."""
+
+    def __getattr__(self, name: str) -> Any:
+        import importlib
+
+        if sys.modules.get("asyncio") is self:
+            del sys.modules["asyncio"]
+        return getattr(importlib.import_module("asyncio"), name)
+
+
 def import_structlog() -> Any:
-    """`import structlog`, without the `rich` it would otherwise import when installed.
+    """`import structlog`, without the parts of it edge-agent never uses.
 
     structlog.dev imports rich (and through it pygments) only to pretty-print tracebacks, which
     edge-agent never uses (plain tracebacks, scrubbed of secrets): ~60 ms more start-up here.
-    While structlog is first imported, `rich` reads as absent; afterwards it imports as usual."""
+    structlog.threadlocal (deprecated, unused here) imports greenlet when installed, and
+    structlog.stdlib imports asyncio (see _AsyncioOnUse). While structlog is first imported,
+    `rich` and `greenlet` read as absent and `asyncio` is a stand-in that imports the real one
+    when an attribute is first read; afterwards each imports as usual."""
     if "structlog" in sys.modules:
         return sys.modules["structlog"]
-    hide = "rich" not in sys.modules
-    if hide:
-        sys.modules["rich"] = None  # type: ignore[assignment]  # import -> ImportError
+    hidden = [m for m in ("rich", "greenlet") if m not in sys.modules]
+    stand_in = None if "asyncio" in sys.modules else _AsyncioOnUse("asyncio")
+    for m in hidden:
+        sys.modules[m] = None  # type: ignore[assignment]  # import -> ImportError
+    if stand_in is not None:
+        sys.modules["asyncio"] = stand_in
     try:
         import structlog
     finally:
-        if hide and sys.modules.get("rich", 0) is None:
-            del sys.modules["rich"]
+        for m in hidden:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
+        if stand_in is not None and sys.modules.get("asyncio") is stand_in:
+            del sys.modules["asyncio"]
     return structlog
 
 

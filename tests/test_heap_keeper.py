@@ -65,3 +65,29 @@ def test_the_full_collection_runs_only_at_an_idle_safe_point(keeper: HeapKeeper)
     assert not keeper.tick(102.0, "idle"), "at most one every min_interval_s"
     d = keeper.stats.as_dict()
     assert d["idle"]["collections"][2] == 1 and d["frozen"] > 0  # type: ignore[index]
+
+
+def test_start_up_pauses_the_collector_until_ready(keeper: HeapKeeper) -> None:
+    from edge_agent.daemon.procstart import pause_gc, resume_gc
+
+    pause_gc()  # what `edge-agent run` does first
+    try:
+        assert not gc.isenabled()
+        keeper.ready()  # READY: one collection, then automatic collection is back
+        assert gc.isenabled()
+    finally:
+        resume_gc()
+        gc.enable()
+
+
+def test_a_collector_someone_else_disabled_stays_disabled(keeper: HeapKeeper) -> None:
+    from edge_agent.daemon.procstart import pause_gc, resume_gc
+
+    gc.disable()
+    try:
+        pause_gc()
+        keeper.ready()
+        resume_gc()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -181,3 +181,21 @@ def test_bind_task_tags_the_threads_records_until_unbound() -> None:
     assert recs["in_task"]["task_id"] == "t-7"
     assert "task_id" not in recs["other_thread"]  # a thread has its own context
     assert "task_id" not in recs["after_task"]
+
+
+def test_structlog_is_imported_without_asyncio_greenlet_or_rich_and_still_works() -> None:
+    # edge_agent.log.import_structlog: asyncio (and its ssl) only when structlog's async
+    # methods first use it; greenlet and rich never on structlog's account
+    code = textwrap.dedent("""
+        import sys
+        from edge_agent.log import import_structlog
+        structlog = import_structlog()
+        print(sorted(m for m in ("asyncio", "ssl", "greenlet", "rich") if m in sys.modules))
+        log = structlog.wrap_logger(structlog.ReturnLogger(),
+                                    wrapper_class=structlog.stdlib.BoundLogger)
+        import asyncio
+        print(asyncio.run(log.ainfo("async_line", n=1)) is None, "asyncio" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         check=True, timeout=60).stdout.splitlines()
+    assert out == ["[]", "True True"]

@@ -30,7 +30,6 @@ from edge_agent.daemon.comms_hub import CommsHub
 from edge_agent.daemon.control import ControlPath, ControlSettings, executor_config
 from edge_agent.daemon.episodes import Episodes
 from edge_agent.daemon.handlers import CommandHandlers
-from edge_agent.daemon.health_sources import daemon_health
 from edge_agent.daemon.heap import HeapKeeper
 from edge_agent.daemon.linkmirror import LinkMirror
 from edge_agent.daemon.notify import SystemdNotifier
@@ -49,8 +48,6 @@ from edge_agent.errors import EdgeAgentError
 from edge_agent.executor.collector import CollectionStats
 from edge_agent.executor.executor import Executor
 from edge_agent.executor.latch import StopLatch
-from edge_agent.health.monitor import HealthMonitor
-from edge_agent.health.wiring import attach_inference_probes
 from edge_agent.link.guardian_client import GuardianClient
 from edge_agent.link.guardian_spawn import Spawned, spec_from_config
 from edge_agent.log import get_logger
@@ -61,6 +58,7 @@ from edge_agent.vocab import EventType, StopCause
 if TYPE_CHECKING:
     from edge_agent.contract.payloads import TelemetryFields
     from edge_agent.contract.status import StateFields, StatusResult
+    from edge_agent.health.monitor import HealthMonitor
 
 _log = get_logger(__name__)
 
@@ -205,6 +203,8 @@ class Daemon:
         self._ready(restored)
         self.threads.adopt("reports", self.reports.stop)
         self.reports.start()
+        from edge_agent.daemon.health_sources import daemon_health  # after READY: ~5 ms
+
         self.health = daemon_health(cfg, comms=self.comms, reports=self.reports,
                                     mirror=self.mirror, control=self.control,
                                     gc_stats=self.gc_stats, decisions=self.decisions,
@@ -225,6 +225,8 @@ class Daemon:
     def _attach_inference_probes(self) -> None:
         """Once the policy stack exists (after READY, or before it with --eager)."""
         if self.health is not None and self.policy.stack is not None:
+            from edge_agent.health.wiring import attach_inference_probes
+
             attach_inference_probes(self.health, self.policy.stack.router, self.cfg)
 
     def _guardian_for(self, port: str) -> GuardianClient:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 import time
 
+from edge_agent.daemon.procstart import resume_gc
 from edge_agent.executor.collector import CollectionStats
 from edge_agent.log import get_logger
 
@@ -58,6 +59,7 @@ class HeapKeeper:
         if self._saved_threshold is None:
             self._saved_threshold = (t0, t1, t2)
         gc.set_threshold(t0, t1, _OUT_OF_REACH)
+        resume_gc()  # `edge-agent run` paused it from its start (daemon/procstart.py)
 
     def startup_done(self) -> None:
         """What the start-up work loaded (onnxruntime, numpy, calibration: ~10^5 objects) is

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
+from edge_agent.inference.bound_run import BoundRun, bind
 from edge_agent.inference.providers import (
     ACCELERATORS,
     ProviderResolution,
@@ -45,8 +46,9 @@ log = get_logger(__name__)
 ModelSource = Path | Callable[[], Path | None]
 # (model path, SessionOptions, providers) -> an InferenceSession (or a test's stand-in for one)
 SessionFactory = Callable[[str, Any, list[str]], Any]
-# (session, input name, output name, numpy module, runs on an accelerator)
-Live = tuple[Any, str, str, Any, bool]
+# (session, input name, output name, numpy module, runs on an accelerator, its bound buffers on
+# the CPU: inference/bound_run.py)
+Live = tuple[Any, str, str, Any, bool, BoundRun | None]
 GPU_RETRY_S = 60.0  # a session that came up without its GPU: build the next probe one this late
 
 
@@ -138,7 +140,7 @@ class OnnxBackend:
         if self._obs_dim is not None and dim != self._obs_dim:
             raise ValueError(f"input {x_arg.name} has {dim} features, the observation has "
                              f"{self._obs_dim}")
-        live: Live = (session, x_arg.name, y_arg.name, np, res.accelerator_active)
+        live: Live = (session, x_arg.name, y_arg.name, np, res.accelerator_active, None)
         self._width = self._obs_dim or dim or 1
         x = np.zeros((1, self._width), dtype=np.float32)
         for _ in range(self._warmup_runs):  # first runs allocate arenas and pick kernels
@@ -146,13 +148,15 @@ class OnnxBackend:
         if self._n_outputs is not None and y.size != self._n_outputs:
             raise ValueError(f"output {y_arg.name} has {y.size} values, expected "
                              f"{self._n_outputs} (one per action)")
+        if not res.accelerator_active:  # GPU sessions keep session.run (the fault seam)
+            live = (*live[:5], bind(session, np, self._width, y))
         if res.accelerator_active:
             self._had_gpu = True
         return live, res
 
     def _run(self, live: Live, x: Any) -> Any:
         """One session run (the ORT seam); an injected GPU fault raises here, on GPU sessions."""
-        session, x_name, y_name, _, on_gpu = live
+        session, x_name, y_name, _, on_gpu, _ = live
         if on_gpu and self._clock() < self._fault_until:
             raise RuntimeError("injected GPU fault (failure.inject gpu fail)")
         slow = self._slow
@@ -185,9 +189,13 @@ class OnnxBackend:
         if live is None:
             return Ticket.completed(t0, None, "not loaded", t0)
         try:
-            np = live[3]
-            x = np.array(row, dtype=np.float32, ndmin=2)
-            scores: list[float] = self._run(live, x)[0].tolist()
+            slow = self._slow  # a slowed session's runs take _run's sleep
+            bound = live[5] if slow is None or slow[0] is not live[0] or t0 >= slow[1] else None
+            scores = bound.scores(row) if bound is not None else None
+            if scores is None:
+                np = live[3]
+                x = np.array(row, dtype=np.float32, ndmin=2)
+                scores = self._run(live, x)[0].tolist()
         except Exception as e:
             self.failures += 1
             self._after_run_error(live, e)

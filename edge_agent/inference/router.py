@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 _N_ACTIONS = len(Action)
-_LABELS = {a: a.name.lower() for a in Action}
+_ACTIONS = tuple(Action(i) for i in range(_N_ACTIONS))  # output index -> action, looked up
+_LABELS = tuple(a.name.lower() for a in _ACTIONS)  # by index: an IntEnum's hash is Python code
+_isfinite = math.isfinite
 
 
 class PendingDecision:
@@ -88,8 +90,10 @@ class PendingDecision:
                 if t is None:
                     self._next(b.name, "busy")
                     continue
-                self._ticket, self._ticket_deadline = t, r.clock() + r.deadline_s
-            if not t.done:
+                self._ticket = t
+                if t.finished is None:  # a local backend's ticket comes back answered
+                    self._ticket_deadline = r.clock() + r.deadline_s
+            if t.finished is None:
                 if block:
                     t.wait(self._ticket_deadline - r.clock())
                 if not t.done:
@@ -128,16 +132,14 @@ class PendingDecision:
 
 
 def _action(scores: list[float] | None) -> Action | None:
-    """Argmax over one finite score per action; None for NaN/inf or a wrong length."""
+    """Argmax over one finite score per action (the first of equal ones); None for NaN/inf or a
+    wrong length."""
     if scores is None or len(scores) != _N_ACTIONS:
         return None
-    best_i, best = -1, -math.inf
-    for i, s in enumerate(scores):
-        if not math.isfinite(s):
+    for s in scores:
+        if not _isfinite(s):
             return None
-        if s > best:
-            best_i, best = i, s
-    return Action(best_i) if best_i >= 0 else None
+    return _ACTIONS[scores.index(max(scores))]
 
 
 class PolicyRouter:
@@ -200,7 +202,8 @@ class PolicyRouter:
             outcome = "no_decision"
         else:
             self.decisions += 1
-            failed = d._failed or any(o == "busy" for _, o in attempts)
+            # a busy backend is always followed by another attempt: one attempt is no fallback
+            failed = d._failed or (len(attempts) > 1 and any(o == "busy" for _, o in attempts))
             outcome = "fallback" if failed else "ok"
             self.fallbacks += failed
             if d.backend != self.backend_in_use:
