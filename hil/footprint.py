@@ -22,9 +22,12 @@ Configurations: `base` (sim.toml as shipped: recorder on, no metrics, no live vi
 no Triton), then one optional feature changed at a time: `recorder_off`
 (observe.record=false), `metrics` (observe.metrics_port), `foxglove` (observe.foxglove_port),
 `shadow` (model.shadow running a copy of the shipped model), `triton` (inference.triton_url at a
-closed local port: the client imported and retrying; no server). The table prints each one's
-median RSS/PSS/USS and the difference to `base`. JSON: hil/results/footprint-<UTC time>.json.
-`run(quick)` returns the same dict (hil.bench calls it).
+closed local port: the client imported and retrying; no server), and `no_model` (no
+`inference.model`: the rule-based expert decides, onnxruntime and numpy never load); and
+`no_spin` (control.no_spin=true, as sim.toml advises for many daemons on one machine: the loop
+sleeps to each deadline instead of busy-waiting its last 0.2 ms), for idle CPU. The table
+prints each one's median RSS/PSS/USS and the difference to `base`. JSON:
+hil/results/footprint-<UTC time>.json. `run(quick)` returns the same dict (hil.bench calls it).
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ from hil.daemon_proc import BENCH_SETS, ROOT, SIM_CONFIG, Control, stop_daemon, 
 
 SHIPPED = ROOT / "models" / "pick-place-policy.onnx"
 RESULTS = ROOT / "hil" / "results"
-FEATURES = ("base", "recorder_off", "metrics", "foxglove", "shadow", "triton")
+FEATURES = ("base", "recorder_off", "metrics", "foxglove", "shadow", "triton", "no_model",
+            "no_spin")
 MB = 1 << 20
 
 
@@ -71,14 +75,12 @@ def _start(state_dir: Path, sets: list[str], env: dict[str, str]) -> subprocess.
 
 
 def _to_idle(ctl: Control, timeout: float = 60.0) -> bool:
-    """Reset (again while its cause is present, rate-limited) until idle, or cancel a hold;
-    whether it got there (a saturated machine may keep its loop stalling)."""
+    """Reset (again while its cause is present; resets are rate-limited) until idle or holding
+    (a task may start from either); whether it got there (a saturated machine may keep its
+    loop stalling)."""
     def reset() -> bool:
-        mode = ctl.status()["mode"]
-        if mode == "holding":
-            ctl.call("task.cancel")
-        if mode in ("idle", "holding"):
-            return mode == "idle"
+        if str(ctl.status()["mode"]) in ("idle", "holding"):
+            return True
         ctl.call("reset")
         time.sleep(1.2)
         return False
@@ -96,7 +98,7 @@ def _run_task(ctl: Control, k: int) -> bool:
         print(f"  task {k}: not started (mode {ctl.status()['mode']})", file=sys.stderr)
         return False
     wait_for(lambda: ctl.status()["mode"] != "running", 180, f"task {k}", poll_s=0.25)
-    ok = ctl.status()["mode"] == "idle"
+    ok = str(ctl.status()["mode"]) == "idle"  # a task that ended well leaves the robot idle
     _to_idle(ctl)
     return ok
 
@@ -105,6 +107,10 @@ def _feature_sets(feature: str, tmp: Path) -> tuple[list[str], str | None]:
     """The --set overrides of `feature` and, for `shadow`, the candidate's path."""
     if feature == "recorder_off":
         return ["observe.record=false"], None
+    if feature == "no_model":
+        return ["inference.model="], None
+    if feature == "no_spin":
+        return ["control.no_spin=true"], None
     if feature == "metrics":
         return [f"observe.metrics_port={_free_port()}"], None
     if feature == "foxglove":
@@ -144,7 +150,8 @@ def loaded(feature: str, *, tasks: int, samples: int, idle_s: float,
         wait_for(up, 180, "the daemon's link up")
         t_ready = time.monotonic()
         out["ready"] = probe.rollup(proc.pid)
-        wait_for(lambda: (ctl.status()["inference"] or {}).get("model"), 120, "the model")
+        if feature != "no_model":
+            wait_for(lambda: (ctl.status()["inference"] or {}).get("model"), 120, "the model")
         if candidate is not None:
             sha = hashlib.sha256(Path(candidate).read_bytes()).hexdigest()
             r = ctl.call("model.shadow", uri=candidate, sha256=sha)

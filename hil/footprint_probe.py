@@ -94,7 +94,7 @@ def parts(pid: int) -> dict[str, int]:
                 s, e, p, n, _ = maps[-1]
                 maps[-1] = (s, e, p, n, int(line.split()[1]) * 1024)
     out: dict[str, int] = {}
-    for i, (start, end, perms, name, rss) in enumerate(maps):
+    for i, (start, end, _, name, rss) in enumerate(maps):
         if not rss:
             continue
         prev = maps[i - 1] if i else None
@@ -158,7 +158,7 @@ print(json.dumps(out))
 
 def group_of(module: str) -> str:
     top = module.split(".", 1)[0]
-    if top in sys.stdlib_module_names or top.startswith("_") and top != "_cffi_backend":
+    if top in sys.stdlib_module_names or (top.startswith("_") and top != "_cffi_backend"):
         return "stdlib"
     return {"lz4": "mcap (+lz4, zstandard)", "zstandard": "mcap (+lz4, zstandard)",
             "mcap": "mcap (+lz4, zstandard)", "serial": "pyserial", "paho": "paho-mqtt",

@@ -112,6 +112,7 @@ RULES: list[tuple[str, str, str]] = [
      "starts the daemon, which runs until stopped (README's ./scripts/run-sim.sh session runs it)"),
     ("", r"^(\.venv/bin/)?edge-agent (doctor|check-config|reports|journal)\b", _ROBOT_PATHS),
     ("", r"^python3? -m hil\.(bench_|sim\.bench\b|kalman_rmse\b)", _BENCH),
+    ("", r"^python3? -m hil\.footprint\b", _BENCH),
     ("", r"^python3? -m hil\.foxglove_layout\b",
      "rewrites docs/foxglove/edge-agent-live.json (tests/test_liveview.py checks the file is "
      "what it writes)"),
