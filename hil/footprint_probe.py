@@ -227,7 +227,9 @@ def importtime_modules(log_text: str) -> list[str]:
             visit(d, (*path, g))
         done.append(g)
 
-    for g in sorted(first, key=first.__getitem__):
+    # the standard library first: every group uses it, and threads importing at once can make
+    # its modules look nested under another group's (which would then be charged for them)
+    for g in sorted(first, key=lambda g: (g != "stdlib", first[g])):
         visit(g, ())
     rank = {g: i for i, g in enumerate(done)}
     return sorted(order, key=lambda m: rank[group_of(m)])  # stable: completion order within
