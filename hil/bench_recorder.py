@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import struct
 import sys
 import tempfile
 import threading
@@ -156,11 +157,17 @@ def in_process(seconds: float) -> None:
     stop = threading.Event()
     publish_ns: list[int] = []
 
+    def f32(*x: float) -> tuple[float, ...]:  # what a frame decoded from the wire holds
+        return struct.unpack(f"<{len(x)}f", struct.pack(f"<{len(x)}f", *x))
+
+    qs = [f32(*(0.1 * j + 1e-4 * i for j in range(7))) for i in range(1000)]
+    grip = f32(0.012345, 0.23456, 3.14159)
+
     def feed() -> None:
         k, t_next = 0, time.monotonic()
         while not stop.is_set():
-            q = tuple(0.1 * j + 1e-4 * (k % 1000) for j in range(7))
-            st = Status(k * 1000, StatusFlag(0), k, q, q, q, 0.012345, 0.23456, 3.14159)
+            q = qs[k % 1000]
+            st = Status(k * 1000, StatusFlag(0), k, q, q, q, *grip)
             t0 = time.perf_counter_ns()
             tap.publish(ch.LINK_STATUS, st)
             publish_ns.append(time.perf_counter_ns() - t0)

@@ -91,3 +91,42 @@ def test_a_collector_someone_else_disabled_stays_disabled(keeper: HeapKeeper) ->
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+_ARENAS_PROBE = r"""
+import json, os, re, sys, threading
+from edge_agent.daemon.heap import cap_malloc_arenas
+capped = cap_malloc_arenas(2) if sys.argv[1] == "cap" else None
+go = threading.Barrier(8)
+def work():
+    keep = [bytearray(4096) for _ in range(200)]  # malloc (not pymalloc) on this thread
+    go.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+maps = [l.split() for l in open("/proc/self/maps")]
+spans = [(int(a, 16), int(b, 16), m[1]) for m in maps for a, b in [m[0].split("-")]]
+arenas = sum(1 for (s, e, p), (s2, e2, p2) in zip(spans, spans[1:])
+             if s % (64 << 20) == 0 and e == s2 and p2 == "---p" and e2 - s == 64 << 20)
+print(json.dumps([capped, arenas]))
+"""
+
+
+@pytest.mark.parametrize("how", ["cap", "env"])
+def test_the_malloc_arenas_are_capped_unless_the_environment_chose(how: str) -> None:
+    """Eight threads that malloc at once share the main arena and one more once capped; with
+    MALLOC_ARENA_MAX in the environment the cap leaves glibc's setting alone."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **({"MALLOC_ARENA_MAX": "1"} if how == "env" else {})}
+    env.pop("GLIBC_TUNABLES", None)
+    out = subprocess.run([sys.executable, "-c", _ARENAS_PROBE, "cap"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    capped, arenas = json.loads(out.stdout.strip().splitlines()[-1])
+    if how == "cap":
+        assert capped is True and arenas <= 1  # the main arena is [heap], not counted here
+    else:
+        assert capped is False and arenas == 0

@@ -135,6 +135,41 @@ def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     assert st["ring_messages"] < 8000
 
 
+def test_received_frames_wait_packed_and_are_written_as_received(tmp_path: Path) -> None:
+    """/link/status and /link/rx frames wait in the ring as their wire body (memory: hil.
+    footprint); the file holds what the frames said, field for field."""
+    from mcap.reader import make_reader
+
+    from edge_agent.link.bodies import pack_body, parse_body
+    from edge_agent.link.messages import GState
+
+    wire = parse_body(STATUS.TYPE, pack_body(STATUS))  # as the link reader decodes it
+    gstate = parse_body(GState.TYPE, pack_body(GState(True, False, False, True,
+                                                      StopReason.ESTOP_INPUT, 0)))
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=5.0, post_s=0.1), tap=tap)
+    rec.start()
+    try:
+        tap.publish(ch.LINK_STATUS, wire)
+        tap.publish(ch.LINK_RX, gstate)
+        tap.publish(ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))  # sent: kept as published
+        wait_until(lambda: rec.status()["ring_messages"] == 3, 30, "three in the ring")
+        assert {type(item[2]) for item, _ in rec._ring} == {bytes, Command}
+        path = rec.trigger("manual")
+        wait_until(lambda: rec.status()["written"] == 1, 30, "written")
+    finally:
+        rec.stop()
+    got = {}
+    with path.open("rb") as f:
+        for _, channel, msg in make_reader(f).iter_messages():
+            got[channel.topic] = json.loads(msg.data)
+    for topic, frame in ((ch.LINK_STATUS, wire), (ch.LINK_RX, gstate),
+                         (ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))):
+        want = json.loads(ch.encode(topic, frame, 0))
+        assert {k: v for k, v in got[topic].items() if k != "timestamp"} == {
+            k: v for k, v in want.items() if k != "timestamp"}
+
+
 def test_the_byte_cap_rotates_too(tmp_path: Path) -> None:
     (tmp_path / "20000101T000000Z-old-0001.mcap").write_bytes(b"x" * 600_000)
     tap = Tap()

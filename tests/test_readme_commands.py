@@ -120,6 +120,7 @@ RULES: list[tuple[str, str, str]] = [
      "(tests/test_bench_runner.py renders a fixture JSON into a scratch directory)"),
     ("", r"^python3? -m hil\.bench\b", _BENCH),
     ("", r"^python3? -m hil\.(bench_|sim\.bench\b|kalman_rmse\b)", _BENCH),
+    ("", r"^python3? -m hil\.footprint\b", _BENCH),
     ("", r"^python3? -m hil\.foxglove_layout\b",
      "rewrites docs/foxglove/edge-agent-live.json (tests/test_liveview.py checks the file is "
      "what it writes)"),
