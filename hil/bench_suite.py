@@ -94,6 +94,8 @@ EXCLUDED: dict[str, str] = {
                               "loop, whose end-to-end figure is bench_control_loop",
     "hil.bench_store": "the store's fsync path on the disk given by --dir: a figure of that "
                        "disk, not one of issue 32's figures",
+    "hil.bench_fleet": "N daemons behind a 3-node broker cluster, grown until misses "
+                       "(docs/FLEET.md); the page's fleet figure is bench_fleet_estop's",
     "hil.bench_trial_rollback": "a model trial's rollback time (docs/MODELS.md), not one of "
                                 "issue 32's figures",
 }

@@ -286,8 +286,9 @@ class TritonBackend:
 
     def _set_ready(self, why_not: str | None) -> None:
         was = self._announced  # None until the first probe: the first answer is always told
-        self._ready = why_not is None and not self._stopped
+        # the reason first: a probe reading `ready()` False between the two sees why
         self.last_error = why_not or self.last_error
+        self._ready = why_not is None and not self._stopped
         if self._ready is was:
             return
         self._announced = self._ready
