@@ -67,6 +67,29 @@ def test_the_full_collection_runs_only_at_an_idle_safe_point(keeper: HeapKeeper)
     assert d["idle"]["collections"][2] == 1 and d["frozen"] > 0  # type: ignore[index]
 
 
+def test_a_cycle_alive_at_an_idle_collection_is_freed_by_a_later_one(
+        keeper: HeapKeeper) -> None:
+    """Survivors of an idle collection are not frozen: one dropped later inside a reference
+    cycle (a finished task's objects) is freed by the next idle collection, not kept for good."""
+    import weakref
+
+    keeper.ready()
+    keeper.startup_done()
+    alive = Cycle()
+    ref = weakref.ref(alive)
+    for _ in range(50_000):
+        Cycle()
+    gc.collect(1)
+    assert keeper.tick(10.0, "idle") is False and keeper.tick(11.0, "idle")
+    assert ref() is alive  # it survived, still referenced
+    del alive  # now only its own cycle holds it
+    for _ in range(50_000):
+        Cycle()
+    gc.collect(1)
+    assert keeper.tick(21.0, "idle")  # idle since 10.0, the last one 10 s ago
+    assert ref() is None, "a cycle dropped after an idle collection was never freed"
+
+
 def test_start_up_pauses_the_collector_until_ready(keeper: HeapKeeper) -> None:
     from edge_agent.daemon.procstart import pause_gc, resume_gc
 

@@ -11,8 +11,11 @@ deadman stop (docs/PROTOCOL.md §4). So, from READY on:
   (executor/collector.py);
 - the full collection runs here, from the main thread's housekeeping, at a safe point: the
   executor idle or holding (no task moving, no jog) for `idle_s`, and something to collect (a
-  generation-1 collection since the last one). Survivors are then frozen, so the next one scans
-  only what came after;
+  generation-1 collection since the last one). Its survivors are NOT frozen: a frozen object is
+  never collected again, and one that is alive now and later dropped as part of a reference
+  cycle (a finished task's, a report's) would leak for good (it did: `python -m hil.soak
+  --minutes 60` grew 185 MB/h while each idle collection froze its survivors). It scans what
+  lives since the start-up work, bounded by what the daemon keeps (rings, caches, the task);
 - once the start-up work after READY is done (estimators, model, calibration), what it loaded
   joins the frozen heap at once (`startup_done`); collections from then on are the
   `after_startup` window of `status.loop.gc` (tasks' pauses), ours are `idle` there. None of
@@ -108,7 +111,9 @@ class HeapKeeper:
         t0 = time.perf_counter()
         with self.stats.ours():
             gc.collect()
-        self._freeze()
+        # no freeze here: a frozen object is never collected again, so one alive now that is
+        # part of a cycle once dropped (a finished task's, a report's) would leak for good;
+        # the 60-minute soak grew 185 MB/h while every idle collection froze its survivors
         self.idle_collections += 1
         _log.debug("idle_collection", ms=round((time.perf_counter() - t0) * 1e3, 3),
                    frozen=self.stats.frozen)
