@@ -194,6 +194,18 @@ def markdown(result: dict[str, Any]) -> str:
               "![RSS per process](perf/soak-rss.png)", "",
               "![threads and fds per process](perf/soak-threads-fds.png)", "",
               "![state directory disk use](perf/soak-disk.png)", ""]
+    gc = (result.get("loop_gc") or {}).get("after_startup")
+    if gc and "cpu_over_5ms" in gc:
+
+        def pair(key: str) -> str:
+            return f"{gc[key][0]:g}/{gc[key][1]:g}"
+
+        lines += [f"Garbage collections after start-up (`status.loop.gc.after_startup`, "
+                  f"generations 0/1): {pair('collections')}; over 5 ms on the wall clock "
+                  f"{pair('over_5ms')} (max {pair('max_ms')} ms), of which over 5 ms of the "
+                  f"collecting thread's CPU {pair('cpu_over_5ms')} (max {pair('max_cpu_ms')} ms) "
+                  f"and preempted (under half their wall time on CPU) {pair('preempted_5ms')}.",
+                  ""]
     if result.get("not_injected"):
         lines += ["Not injected: " + "; ".join(f"{k}: {why}" for k, why in
                                                  result["not_injected"].items()) + ".", ""]

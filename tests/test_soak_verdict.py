@@ -36,6 +36,10 @@ def _result(rss: list[float]) -> dict[str, Any]:
         "caps": {"journal": {"bytes": 10_000, "files": None},
                  "reports": {"bytes": None, "files": 600}},
         "not_injected": {"triton down": "no server"},
+        "loop_gc": {"after_startup": {
+            "collections": [900, 80, 0], "max_ms": [14.8, 6.0, 0.0], "over_5ms": [9, 2, 0],
+            "max_cpu_ms": [0.9, 5.5, 0.0], "cpu_over_5ms": [0, 1, 0],
+            "preempted_5ms": [9, 1, 0]}},
     }
 
 
@@ -62,6 +66,7 @@ def test_a_flat_run_passes_every_criterion() -> None:
     assert "![RSS per process](perf/soak-rss.png)" in md
     assert "`python -m hil.soak --minutes 60`" in md
     assert "success 9, failed 1, aborted 1" in md
+    assert "over 5 ms on the wall clock 9/2" in md and "preempted (under half" in md
 
 
 def test_each_failure_is_named() -> None:
