@@ -45,8 +45,8 @@ class _Window:
     it scanned): a collection long on the wall clock but short on CPU spent its time preempted,
     holding the GIL (`preempted_5ms`: over 5 ms wall, under half of that on CPU)."""
 
-    __slots__ = ("count", "cpu_over_5ms", "max_cpu_s", "max_s", "max_thread", "over_1ms",
-                 "over_5ms", "preempted_5ms")
+    __slots__ = ("count", "cpu_over_5ms", "max_cpu_collected", "max_cpu_s", "max_s",
+                 "max_thread", "over_1ms", "over_5ms", "preempted_5ms")
 
     def __init__(self) -> None:
         self.count = [0, 0, 0]
@@ -57,14 +57,16 @@ class _Window:
         self.cpu_over_5ms = [0, 0, 0]
         self.preempted_5ms = [0, 0, 0]
         self.max_thread = [0, 0, 0]  # the ident of the thread that ran the longest one
+        self.max_cpu_collected = [0, 0, 0]  # objects the most CPU-costly one freed
 
-    def record(self, gen: int, took: float, cpu: float) -> None:
+    def record(self, gen: int, took: float, cpu: float, collected: int = 0) -> None:
         self.count[gen] += 1
         if took > self.max_s[gen]:
             self.max_s[gen] = took
             self.max_thread[gen] = threading.get_ident()
         if cpu > self.max_cpu_s[gen]:
             self.max_cpu_s[gen] = cpu
+            self.max_cpu_collected[gen] = collected
         if took > 0.001:
             self.over_1ms[gen] += 1
             if took > 0.005:
@@ -79,6 +81,7 @@ class _Window:
                 "max_ms": [round(x * 1e3, 3) for x in self.max_s],
                 "over_1ms": list(self.over_1ms), "over_5ms": list(self.over_5ms),
                 "max_cpu_ms": [round(x * 1e3, 3) for x in self.max_cpu_s],
+                "max_cpu_collected": list(self.max_cpu_collected),
                 "cpu_over_5ms": list(self.cpu_over_5ms),
                 "preempted_5ms": list(self.preempted_5ms),
                 "max_thread": [_thread_name(i) for i in self.max_thread]}
@@ -158,11 +161,12 @@ class CollectionStats:
         gen = info.get("generation", 2)
         took = time.perf_counter() - self._started
         cpu = time.thread_time() - self._started_cpu  # the callback runs in the collecting thread
-        self.total.record(gen, took, cpu)
+        freed = info.get("collected", 0)
+        self.total.record(gen, took, cpu, freed)
         if self.explicit:
-            self.idle.record(gen, took, cpu)
+            self.idle.record(gen, took, cpu, freed)
         elif self.after_startup is not None:
-            self.after_startup.record(gen, took, cpu)
+            self.after_startup.record(gen, took, cpu, freed)
 
     def as_dict(self) -> dict[str, object]:
         return {**self.total.as_dict(),
