@@ -27,9 +27,7 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,10 +37,11 @@ from typing import Any
 
 from hil.daemon_proc import ROOT, Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.degraded_faults import storm_rig_config
-from hil.soak_faults import BY_NAME, CATALOGUE, INFERENCE, NOT_DRAWN, OperatorHands, SoakFault
+from hil.soak_faults import BY_NAME, CATALOGUE, INFERENCE, OperatorHands, SoakFault
 from hil.soak_ops import DEVICE, DEVICE_PW, LogFollower, Operator, persistent_broker
+from hil.soak_result import collect, finish
 from hil.soak_sample import Sampler, pid_with
-from hil.soak_verdict import OUTCOMES, markdown, verdicts
+from hil.soak_verdict import OUTCOMES
 from hil.webhook_receiver import Receiver
 
 TRAINED = ROOT / "models" / "pick-place-policy.onnx"
@@ -344,58 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         recv.stop()
     log.poll()
     assert soak is not None and sampler is not None
-    result = collect(a, soak, sampler, log, op, recv, sorted(disk_ids), final_status,
+    result = collect(a, soak.counts, sampler, log, op, recv, sorted(disk_ids), final_status,
                      proc.pid, exit_code, started, load0)
     return finish(a, result)
-
-
-def collect(a: argparse.Namespace, soak: Soak, sampler: Sampler, log: LogFollower, op: Operator,
-            recv: Receiver, disk_ids: list[str], st: dict[str, Any], pid: int,
-            exit_code: int | None, started: str, load0: tuple[float, float, float]
-            ) -> dict[str, Any]:
-    from hil.soak_caps import caps_from_config
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True, check=False).stdout.strip()
-    cpu = ""
-    with contextlib.suppress(OSError, StopIteration):
-        cpu = next(ln.split(":", 1)[1].strip() for ln in
-                   Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name"))
-    return {
-        "command": " ".join(["python -m hil.soak", *sys.argv[1:]]),
-        "minutes": a.minutes, "seed": a.seed, "interval_s": a.interval_s,
-        "warmup_s": a.warmup_min * 60, "started_utc": started, "commit": commit,
-        "machine": f"{os.cpu_count()} CPUs ({cpu}), {os.uname().release}",
-        "load_at_start": load0, "load_at_end": os.getloadavg(),
-        "daemon": {"pid": pid, "pid_unchanged": all(
-            s["procs"].get("daemon", {}).get("pid") == pid for s in sampler.samples[:-1]),
-            "exit_code": exit_code, "tracebacks": log.tracebacks, "errors": log.errors[:20],
-            "boot_id": st.get("boot_id"), "uptime_s": st.get("uptime_s")},
-        "counts": soak.counts,
-        "reports": {"built_ids": sorted(set(log.built_ids)),
-                    "built_count": st["reports"]["built"], "status": st["reports"],
-                    "sinks": {"disk": disk_ids, "mqtt": op.reports(),
-                              "webhook": recv.report_ids()},
-                    "webhook_requests": len(recv.snapshot())},
-        "caps": caps_from_config(),
-        "loop_gc": (st.get("loop") or {}).get("gc"),
-        "not_injected": NOT_DRAWN,
-        "samples": sampler.samples,
-    }
-
-
-def finish(a: argparse.Namespace, result: dict[str, Any]) -> int:
-    from hil.soak_plot import plot_all
-
-    result["verdicts"] = verdicts(result)
-    result["markdown"] = markdown(result)
-    a.results.parent.mkdir(parents=True, exist_ok=True)
-    a.results.write_text(json.dumps(result, indent=1) + "\n")
-    shutil.copy(a.results, a.out / "soak.json")
-    plot_all(result, a.plots)
-    print(result["markdown"])
-    print(f"results: {a.results}; plots: {a.plots}/soak-*.png; logs: {a.out}")
-    return 0 if all(v["ok"] for v in result["verdicts"]) else 1
 
 
 if __name__ == "__main__":
