@@ -62,7 +62,8 @@ def finish(a: argparse.Namespace, result: dict[str, Any]) -> int:
     result["markdown"] = markdown(result)
     a.results.parent.mkdir(parents=True, exist_ok=True)
     a.results.write_text(json.dumps(result, indent=1) + "\n")
-    shutil.copy(a.results, a.out / "soak.json")
+    if a.results.resolve() != (a.out / "soak.json").resolve():
+        shutil.copy(a.results, a.out / "soak.json")
     plot_all(result, a.plots)
     print(result["markdown"])
     print(f"results: {a.results}; plots: {a.plots}/soak-*.png; logs: {a.out}")
