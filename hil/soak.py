@@ -11,9 +11,11 @@ gets a fault drawn from every kind `failure.inject` offers (hil/soak_faults.py),
 control socket; after a stop the soak does the operator's part (release the button, reset,
 resume the task — or cancel it when the daemon refuses the resume). Also: broker restarts
 (`--broker-restarts-per-h`, in the middle of tasks), link unplugs (`--link-unplugs-per-h`, on top
-of the drawn ones), one model update (a copy of the trained policy, another sha256, committed by
-its trial; no fault of the policy stack during that trial) and one rollback (a second copy,
-`failure.inject model slow` during its trial). Every `--interval-s`: RSS, threads, fds and CPU of
+of the drawn ones), one model update (a copy of the trained policy, another sha256, sent after
+a task without a fault succeeded; no fault during its trial — the trial's L3 rule rolls a model
+back for any diagnosis, a gripper fault's included — so that the trial judges the model; its
+latency budget `TRIAL_BUDGET_MS`) and one rollback (a second copy, `failure.inject model slow`
+during its trial). Every `--interval-s`: RSS, threads, fds and CPU of
 the daemon, its rig and guardian, and the broker; the size of each state dir subfolder.
 
 At the end: the pass criteria (hil/soak_verdict.py), `--results` (hil/results/soak.json: the
@@ -37,7 +39,7 @@ from typing import Any
 
 from hil.daemon_proc import ROOT, Control, request, start_sim_daemon, stop_daemon, wait_for
 from hil.degraded_faults import storm_rig_config
-from hil.soak_faults import BY_NAME, CATALOGUE, INFERENCE, OperatorHands, SoakFault
+from hil.soak_faults import BY_NAME, CATALOGUE, OperatorHands, SoakFault
 from hil.soak_ops import DEVICE, DEVICE_PW, LogFollower, Operator, persistent_broker
 from hil.soak_result import collect, finish
 from hil.soak_sample import Sampler, pid_with
@@ -45,6 +47,10 @@ from hil.soak_verdict import OUTCOMES
 from hil.webhook_receiver import Receiver
 
 TRAINED = ROOT / "models" / "pick-place-policy.onnx"
+# The trials' latency budget (inference.trial_latency_ms; configs/sim.toml: 5 ms): on this
+# project's loaded 2-CPU VM the candidate's own decisions went past 5 ms and a healthy copy was
+# rolled back for it; the rollback's injected latency is well past this budget.
+TRIAL_BUDGET_MS, TRIAL_SLOW_MS = 20.0, 30.0
 
 
 def candidate(drop: Path, name: str) -> tuple[Path, str]:
@@ -105,7 +111,8 @@ class Soak:
                 continue
             return
 
-    def task(self, fault: SoakFault | None) -> None:
+    def task(self, fault: SoakFault | None) -> str | None:
+        """One task with `fault` injected into it; its outcome (None: it never started)."""
         self.settle()
         xyz = [self.rng.uniform(self.lo[0], self.hi[0]), self.rng.uniform(self.lo[1], self.hi[1]),
                self.half]
@@ -114,7 +121,7 @@ class Soak:
         t_start = time.time()
         task_id = self.start_task(t_start)
         if task_id is None:
-            return
+            return None
         t_end = 0.0
         if fault is not None:
             time.sleep(fault.at_s)
@@ -125,7 +132,7 @@ class Soak:
             if done:
                 out = str(done[0].get("outcome"))
                 self.counts["tasks"][out] = self.counts["tasks"].get(out, 0) + 1
-                return
+                return out
             st = self.status()
             if st.get("stop") and time.time() >= t_end and self.hands.clear_stop():
                 time.sleep(0.3)
@@ -133,6 +140,7 @@ class Soak:
             time.sleep(0.5)
         self.counts["tasks"]["timeout"] = self.counts["tasks"].get("timeout", 0) + 1
         self.hands.call("task.cancel")
+        return "timeout"
 
     def start_task(self, t_start: float) -> str | None:
         """task.start over MQTT; a reply lost to a broker restart is looked up in the log."""
@@ -208,13 +216,14 @@ class Soak:
         update_at, rollback_at = t0 + 0.2 * total, t0 + 0.55 * total
         next_fault = t0 + self.rng.uniform(0.5, 1.5) * self.a.fault_every_s
         phase = "before update"
+        clean = False  # the last task ran without a fault and succeeded (the L3 count is 0)
         n = 0
         while time.monotonic() < end:
             now = time.monotonic()
             if broker_at and now >= broker_at[0]:
                 broker_at.pop(0)
                 self.restart_broker()
-            if phase == "before update" and now >= update_at:
+            if phase == "before update" and now >= update_at and clean:
                 self.settle()
                 if self.model_update(*cands["a"], "update"):
                     phase, self.trial1_open = "trial 1", True
@@ -228,17 +237,18 @@ class Soak:
                 self.settle()
                 if self.model_update(*cands["b"], "rollback"):
                     fault = SoakFault("model slow (trial)", "model", "slow", 60.0, 1.0,
-                                      latency_ms=8.0)
+                                      latency_ms=TRIAL_SLOW_MS)
                 phase = "rollback"
+            elif self.trial1_open or (phase == "before update" and now >= update_at):
+                pass  # no fault during the first model's trial, nor before it (the module doc)
             elif unplug_at and now >= unplug_at[0]:
                 unplug_at.pop(0)
                 fault = BY_NAME["link unplug"]
             elif now >= next_fault:
-                pool = [f for f in self.catalogue
-                        if not (self.trial1_open and f.target.split(":")[0] in INFERENCE)]
-                fault = pool[self.rng.randrange(len(pool))]
+                fault = self.catalogue[self.rng.randrange(len(self.catalogue))]
                 next_fault = now + self.rng.uniform(0.5, 1.5) * self.a.fault_every_s
-            self.task(fault)
+            outcome = self.task(fault)
+            clean = fault is None and outcome == "success"
             n += 1
             if phase == "rollback":
                 with contextlib.suppress(SystemExit):
@@ -297,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             "sim.gpu=true", f"inference.model={TRAINED}",
             'inference.providers=["CUDAExecutionProvider","CPUExecutionProvider"]',
             f"inference.update_dir={drop}", f"inference.trial_tasks={trial_tasks}",
+            f"inference.trial_latency_ms={TRIAL_BUDGET_MS}",
             # as hil.flywheel: on this loaded 2-core VM the 50 ms deadman tripped mid-approach
             "link.deadman_ms=1000",
             f'sim.rig_config="{storm_rig_config(a.out / "rig-storm.toml", 0.5)}"', *a.set]

@@ -60,7 +60,6 @@ CATALOGUE: tuple[SoakFault, ...] = (
     SoakFault("slip", "gripper", "slip", 0.3, 4.0),
 )
 BY_NAME = {f.name: f for f in CATALOGUE}
-INFERENCE = frozenset({"gpu", "model", "triton"})  # not during the first model's trial
 NOT_DRAWN = {
     "control_loop hang": "the systemd watchdog's test hook (the daemon is restarted on purpose)",
     "triton down": "no Triton server in the soak (the trial needs the local model to decide)",
