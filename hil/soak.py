@@ -51,6 +51,7 @@ TRAINED = ROOT / "models" / "pick-place-policy.onnx"
 # project's loaded 2-CPU VM the candidate's own decisions went past 5 ms and a healthy copy was
 # rolled back for it; the rollback's injected latency is well past this budget.
 TRIAL_BUDGET_MS, TRIAL_SLOW_MS = 20.0, 30.0
+OPEN_TRIAL = ("pending", "on_trial", "rolling_back", None)  # daemon/trial_store.py OPEN_STATES
 
 
 def candidate(drop: Path, name: str) -> tuple[Path, str]:
@@ -229,7 +230,7 @@ class Soak:
                     phase, self.trial1_open = "trial 1", True
                 else:
                     phase = "trial 1 done"
-            if phase == "trial 1" and self.trial_state() not in ("pending", "on_trial", None):
+            if phase == "trial 1" and self.trial_state() not in OPEN_TRIAL:
                 self.counts["model_events"].append(f"update: trial {self.trial_state()}")
                 phase, self.trial1_open = "trial 1 done", False
             fault: SoakFault | None = None
