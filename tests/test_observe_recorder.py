@@ -119,6 +119,27 @@ def test_report_triggers_write_finished_files_capped_and_rotated(tmp_path: Path)
     assert got["counts"]["/link/status"] > 100 and got["marks"][0]["report_id"] == "r2"
 
 
+def test_a_captures_backlog_is_a_long_lived_deque_reused(tmp_path: Path) -> None:
+    """A trigger's backlog (pre_s of ring items) goes into one of the recorder's own deques,
+    emptied and put back when the file is finished: a new container holding tens of thousands
+    of items made each young-generation collection traverse them all (hil.gc_pauses)."""
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=0.5, post_s=0.2, ring_bytes=1 << 20),
+                   tap=tap)
+    pool = {id(d) for d in rec._backlogs}
+    rec.start()
+    try:
+        _feed(tap, 0.8)
+        for i in range(3):
+            rec.trigger("estop", report_id=f"r{i}", kind="estop")
+            _feed(tap, 0.4)
+        wait_until(lambda: rec.status()["written"] == 3, 30, "three files")
+    finally:
+        rec.stop()
+    assert {id(d) for d in rec._backlogs} == pool
+    assert not any(rec._backlogs)
+
+
 def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     tap = Tap()
     rec = Recorder(tmp_path, RecorderSettings(pre_s=60.0, ring_bytes=1 << 20), tap=tap)

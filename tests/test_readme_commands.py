@@ -143,6 +143,10 @@ RULES: list[tuple[str, str, str]] = [
      "a real daemon's 200 tasks, labels, export, fine-tune and evaluation: most of an hour, a "
      "benchmark (tests/test_finetune_policy.py runs the fine-tune on a small export)"),
     ("", r"^python3? -m hil\.gate_power\b", _BENCH),
+    ("", r"^python3? -m hil\.(soak|gc_pauses)\b",
+     "a real daemon under faults for up to an hour (hil.soak) or tens of tasks beside busy "
+     "processes (hil.gc_pauses): benchmarks; tests/test_soak_verdict.py checks the soak's "
+     "verdicts and Markdown"),
     ("", r"^python3? models/make_bad_candidate\.py\b",
      "13 demonstration episodes and a fine-tune (a minute): tests/test_gate.py runs it"),
     ("", r"^python3? models/train_policy\.py\b",

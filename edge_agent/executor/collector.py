@@ -12,6 +12,7 @@ Nothing is skipped, only moved: the generation counts keep growing while it is o
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from types import TracebackType
 
@@ -39,29 +40,60 @@ class DeferredCollection:
 
 
 class _Window:
-    """Collections per generation: how many, the longest, how many over 1 ms and 5 ms."""
+    """Collections per generation: how many, the longest, how many over 1 ms and 5 ms — by the
+    wall clock (how long the GIL was held) and by the collecting thread's own CPU time (how long
+    it scanned): a collection long on the wall clock but short on CPU spent its time preempted,
+    holding the GIL (`preempted_5ms`: over 5 ms wall, under half of that on CPU)."""
 
-    __slots__ = ("count", "max_s", "over_1ms", "over_5ms")
+    __slots__ = ("count", "cpu_over_5ms", "max_cpu_collected", "max_cpu_s", "max_s",
+                 "max_thread", "over_1ms", "over_5ms", "preempted_5ms")
 
     def __init__(self) -> None:
         self.count = [0, 0, 0]
         self.max_s = [0.0, 0.0, 0.0]
         self.over_1ms = [0, 0, 0]
         self.over_5ms = [0, 0, 0]
+        self.max_cpu_s = [0.0, 0.0, 0.0]
+        self.cpu_over_5ms = [0, 0, 0]
+        self.preempted_5ms = [0, 0, 0]
+        self.max_thread = [0, 0, 0]  # the ident of the thread that ran the longest one
+        self.max_cpu_collected = [0, 0, 0]  # objects the most CPU-costly one freed
 
-    def record(self, gen: int, took: float) -> None:
+    def record(self, gen: int, took: float, cpu: float, collected: int = 0) -> None:
         self.count[gen] += 1
         if took > self.max_s[gen]:
             self.max_s[gen] = took
+            self.max_thread[gen] = threading.get_ident()
+        if cpu > self.max_cpu_s[gen]:
+            self.max_cpu_s[gen] = cpu
+            self.max_cpu_collected[gen] = collected
         if took > 0.001:
             self.over_1ms[gen] += 1
             if took > 0.005:
                 self.over_5ms[gen] += 1
+                if cpu > 0.005:
+                    self.cpu_over_5ms[gen] += 1
+                elif cpu < 0.5 * took:
+                    self.preempted_5ms[gen] += 1
 
     def as_dict(self) -> dict[str, object]:
         return {"collections": list(self.count),
                 "max_ms": [round(x * 1e3, 3) for x in self.max_s],
-                "over_1ms": list(self.over_1ms), "over_5ms": list(self.over_5ms)}
+                "over_1ms": list(self.over_1ms), "over_5ms": list(self.over_5ms),
+                "max_cpu_ms": [round(x * 1e3, 3) for x in self.max_cpu_s],
+                "max_cpu_collected": list(self.max_cpu_collected),
+                "cpu_over_5ms": list(self.cpu_over_5ms),
+                "preempted_5ms": list(self.preempted_5ms),
+                "max_thread": [_thread_name(i) for i in self.max_thread]}
+
+
+def _thread_name(ident: int) -> str | None:
+    if not ident:
+        return None
+    for t in threading.enumerate():
+        if t.ident == ident:
+            return t.name
+    return f"ended thread {ident}"
 
 
 class _Ours:
@@ -92,6 +124,7 @@ class CollectionStats:
         self.idle = _Window()
         self.explicit = False  # the collection running now was asked for at a safe point
         self._started = 0.0
+        self._started_cpu = 0.0
         # objects in the permanent generation, noted by whoever froze them: counting them
         # (gc.get_freeze_count) walks the whole list with the GIL held — ms at 5e4 objects,
         # too long for every `status`
@@ -123,14 +156,17 @@ class CollectionStats:
     def _callback(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
+            self._started_cpu = time.thread_time()
             return
         gen = info.get("generation", 2)
         took = time.perf_counter() - self._started
-        self.total.record(gen, took)
+        cpu = time.thread_time() - self._started_cpu  # the callback runs in the collecting thread
+        freed = info.get("collected", 0)
+        self.total.record(gen, took, cpu, freed)
         if self.explicit:
-            self.idle.record(gen, took)
+            self.idle.record(gen, took, cpu, freed)
         elif self.after_startup is not None:
-            self.after_startup.record(gen, took)
+            self.after_startup.record(gen, took, cpu, freed)
 
     def as_dict(self) -> dict[str, object]:
         return {**self.total.as_dict(),

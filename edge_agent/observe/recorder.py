@@ -116,6 +116,11 @@ class Recorder:
         self._ring_bytes = 0
         self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._open: list[_Capture] = []
+        # The captures' backlogs: long-lived deques, reused. A new deque holding a trigger's
+        # pre_s backlog (tens of thousands of ring items) made every young-generation garbage
+        # collection traverse all of them until it was promoted — 5-40 ms of GIL, in whichever
+        # thread collected (hil.gc_pauses); an old container is not traversed by them.
+        self._backlogs: list[deque[Item]] = [deque() for _ in range(MAX_OPEN + 1)]
         self._on_demand: _Capture | None = None
         self._demand_path: Path | None = None  # the caller's side of _on_demand
         self._triggered: dict[Path, int] = {}  # report captures not finished: path -> end (ns)
@@ -351,7 +356,10 @@ class Recorder:
         with self._lock:
             self._open.append(c)
         self._write(c, c.trigger_ns, ch.RECORDER, ch.encode(ch.RECORDER, c.mark, c.trigger_ns))
-        c.pending.extend(item for item, _ in self._ring if item[1] >= c.start_ns)
+        backlog = self._backlogs.pop() if self._backlogs else deque()
+        backlog.extend(c.pending)  # nothing yet, as a rule
+        backlog.extend(item for item, _ in self._ring if item[1] >= c.start_ns)
+        c.pending = backlog
         _log.info("recording_started", path=str(c.path), reason=c.mark["reason"])
 
     def _write(self, c: _Capture, t: int, topic: str, data: bytes) -> None:
@@ -369,6 +377,9 @@ class Recorder:
                 self._open.remove(c)
                 self.written += 1
                 self.last_path = str(c.path)
+            c.pending.clear()
+            if len(self._backlogs) <= MAX_OPEN:
+                self._backlogs.append(c.pending)
             if self._on_demand is c:
                 self._on_demand = None
                 if self._demand_path == c.path:  # ended by max_capture_s, not by a stop
