@@ -26,20 +26,21 @@ loses nothing; a capture parses them back before encoding.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import queue
 import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
-from edge_agent.link.bodies import pack_body, parse_body
 from edge_agent.log import get_logger
 from edge_agent.observe import channels as ch
+from edge_agent.observe.capture import PACKED, Capture, pack, rotate, unpack
+from edge_agent.observe.capture import (
+    RecorderSettings as RecorderSettings,
+)
 from edge_agent.observe.tap import TAP, Item, Tap
 
 if TYPE_CHECKING:
@@ -58,51 +59,6 @@ WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms:
 FINAL_S = 3.0
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-_PACKED = frozenset({ch.LINK_STATUS, ch.LINK_RX})  # frames received: f32 on the wire already
-
-
-def _pack(item: Item) -> Item:
-    """A received frame as bytes (its type, then its wire body); anything else as it is."""
-    try:
-        msg = item[2]
-        return (item[0], item[1], bytes((msg.TYPE,)) + pack_body(msg))
-    except Exception:  # not a protocol message after all: kept as published
-        return item
-
-
-def _unpack(topic: str, payload: Any) -> Any:
-    if type(payload) is bytes and topic in _PACKED:
-        return parse_body(payload[0], payload[1:])
-    return payload
-
-
-@dataclass(frozen=True, slots=True)
-class RecorderSettings:
-    pre_s: float = 10.0
-    post_s: float = 5.0
-    ring_bytes: int = 64 << 20
-    max_files: int = 50
-    max_bytes: int = 1 << 30
-    max_capture_s: float = 600.0
-    chunk_bytes: int = 256 << 10
-    period_s: float = 0.05
-
-
-@dataclass
-class _Capture:
-    path: Path
-    start_ns: int
-    end_ns: int | None  # None: on demand, until stopped (or max_capture_s)
-    limit_ns: int
-    mark: dict[str, Any]
-    trigger_ns: int
-    file: IO[bytes] | None = None
-    writer: Any = None
-    ids: dict[str, int] = field(default_factory=dict)
-    messages: int = 0
-    pending: deque[Item] = field(default_factory=deque)  # to encode and write, in order
-
-
 class Recorder:
     """See the module doc. `start()` after READY; `stop()` finishes open files."""
 
@@ -115,13 +71,13 @@ class Recorder:
         self._est: dict[str, int] = {}  # topic -> encoded bytes per message (running mean)
         self._ring_bytes = 0
         self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._open: list[_Capture] = []
+        self._open: list[Capture] = []
         # The captures' backlogs: long-lived deques, reused. A new deque holding a trigger's
         # pre_s backlog (tens of thousands of ring items) made every young-generation garbage
         # collection traverse all of them until it was promoted — 5-40 ms of GIL, in whichever
         # thread collected (hil.gc_pauses); an old container is not traversed by them.
         self._backlogs: list[deque[Item]] = [deque() for _ in range(MAX_OPEN + 1)]
-        self._on_demand: _Capture | None = None
+        self._on_demand: Capture | None = None
         self._demand_path: Path | None = None  # the caller's side of _on_demand
         self._triggered: dict[Path, int] = {}  # report captures not finished: path -> end (ns)
         self.merged = 0  # triggers that joined an open file (MAX_OPEN open already)
@@ -170,7 +126,7 @@ class Recorder:
                 return path
             path = self._path(reason, t_ns)
             self._triggered[path] = end
-        self._requests.put(("open", _Capture(
+        self._requests.put(("open", Capture(
             path, t_ns - int(self.s.pre_s * _NS), end, t_ns + int(self.s.max_capture_s * _NS),
             mark, t_ns)))
         return path
@@ -185,7 +141,7 @@ class Recorder:
             path = self._demand_path = self._path(name, t_ns)
         mark = {"reason": "record.start", "report_id": None, "kind": name,
                 "trigger": ch.stamp(t_ns)}
-        self._requests.put(("start", _Capture(
+        self._requests.put(("start", Capture(
             path, t_ns - int(self.s.pre_s * _NS), None,
             t_ns + int(self.s.max_capture_s * _NS), mark, t_ns)))
         return path
@@ -261,7 +217,7 @@ class Recorder:
             elif c.file is not None:
                 c.file.flush()
 
-    def _end_of(self, c: _Capture) -> int:
+    def _end_of(self, c: Capture) -> int:
         if c.end_ns is None:  # on demand, not stopped yet
             return c.limit_ns
         with self._lock:
@@ -277,8 +233,8 @@ class Recorder:
         fresh: list[Item] = sub.drain(1 << 20)
         ring, est, s = self._ring, self._est, self.s
         for i, item in enumerate(fresh):
-            if item[0] in _PACKED:
-                item = fresh[i] = _pack(item)
+            if item[0] in PACKED:
+                item = fresh[i] = pack(item)
             n = est.get(item[0], _EST_DEFAULT)
             ring.append((item, n))
             self._ring_bytes += n
@@ -288,7 +244,7 @@ class Recorder:
                 self._ring_bytes -= ring.popleft()[1]
         return fresh
 
-    def _drain_until(self, c: _Capture, end: int, by: float) -> None:
+    def _drain_until(self, c: Capture, end: int, by: float) -> None:
         """At stop: the backlog in batches until monotonic `by`; what is left is not written."""
         while c.pending and c.pending[0][1] <= end and time.monotonic() < by:
             self._drain(c, end, WRITE_BATCH)
@@ -297,7 +253,7 @@ class Recorder:
             _log.warning("recording_cut_at_stop", path=str(c.path), messages_left=left,
                          written=c.messages, budget_s=FINAL_S)
 
-    def _drain(self, c: _Capture, end: int, budget: int | None) -> None:
+    def _drain(self, c: Capture, end: int, budget: int | None) -> None:
         pending = c.pending
         n = 0
         while pending and (budget is None or n < budget):
@@ -305,7 +261,7 @@ class Recorder:
                 break  # after the capture's end (for now: a later report may extend it)
             topic, t, payload = pending.popleft()
             try:
-                data = ch.encode(topic, _unpack(topic, payload), t)
+                data = ch.encode(topic, unpack(topic, payload), t)
             except Exception:
                 self.encode_errors += 1
                 continue
@@ -326,7 +282,7 @@ class Recorder:
                 if c.path == path:
                     c.pending.appendleft((ch.RECORDER, t_ns, mark))
             return
-        cap: _Capture = arg
+        cap: Capture = arg
         if what == "start" and self._on_demand is not None:
             with self._lock:
                 self.refused += 1
@@ -338,7 +294,7 @@ class Recorder:
         if what == "start":
             self._on_demand = cap
 
-    def _begin(self, c: _Capture) -> None:
+    def _begin(self, c: Capture) -> None:
         from mcap.writer import CompressionType, Writer
 
         c.file = open(c.path, "wb")  # noqa: SIM115 - closed in _finish
@@ -362,12 +318,12 @@ class Recorder:
         c.pending = backlog
         _log.info("recording_started", path=str(c.path), reason=c.mark["reason"])
 
-    def _write(self, c: _Capture, t: int, topic: str, data: bytes) -> None:
+    def _write(self, c: Capture, t: int, topic: str, data: bytes) -> None:
         c.writer.add_message(c.ids[topic], log_time=t, data=data, publish_time=t,
                              sequence=c.messages)
         c.messages += 1
 
-    def _finish(self, c: _Capture) -> None:
+    def _finish(self, c: Capture) -> None:
         try:
             c.writer.finish()
         finally:
@@ -388,20 +344,8 @@ class Recorder:
         self._rotate()
 
     def _rotate(self) -> None:
-        open_ = {c.path for c in self._open}
-        files = []
-        for p in self.dir.glob("*.mcap"):
-            if p in open_:
-                continue
-            with contextlib.suppress(OSError):
-                st = p.stat()
-                files.append((st.st_mtime, p.name, p, st.st_size))
-        files.sort()
-        total = sum(f[3] for f in files)
-        while files and (len(files) > self.s.max_files or total > self.s.max_bytes):
-            _, _, p, size = files.pop(0)
-            with contextlib.suppress(OSError):
-                p.unlink()
-                total -= size
-                with self._lock:
-                    self.rotated += 1
+        removed = rotate(self.dir, {c.path for c in self._open}, self.s.max_files,
+                         self.s.max_bytes)
+        if removed:
+            with self._lock:
+                self.rotated += removed

@@ -1,0 +1,82 @@
+"""The flight recorder's pieces (recorder.py holds the thread): its settings, one capture in
+progress, received link frames packed as their wire bytes while they wait in the ring, and the
+finished files' caps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from edge_agent.link.bodies import pack_body, parse_body
+from edge_agent.observe import channels as ch
+from edge_agent.observe.tap import Item
+
+PACKED = frozenset({ch.LINK_STATUS, ch.LINK_RX})  # frames received: f32 on the wire already
+
+
+def pack(item: Item) -> Item:
+    """A received frame as bytes (its type, then its wire body); anything else as it is."""
+    try:
+        msg = item[2]
+        return (item[0], item[1], bytes((msg.TYPE,)) + pack_body(msg))
+    except Exception:  # not a protocol message after all: kept as published
+        return item
+
+
+def unpack(topic: str, payload: Any) -> Any:
+    if type(payload) is bytes and topic in PACKED:
+        return parse_body(payload[0], payload[1:])
+    return payload
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderSettings:
+    pre_s: float = 10.0
+    post_s: float = 5.0
+    ring_bytes: int = 64 << 20
+    max_files: int = 50
+    max_bytes: int = 1 << 30
+    max_capture_s: float = 600.0
+    chunk_bytes: int = 256 << 10
+    period_s: float = 0.05
+
+
+@dataclass
+class Capture:
+    path: Path
+    start_ns: int
+    end_ns: int | None  # None: on demand, until stopped (or max_capture_s)
+    limit_ns: int
+    mark: dict[str, Any]
+    trigger_ns: int
+    file: IO[bytes] | None = None
+    writer: Any = None
+    ids: dict[str, int] = field(default_factory=dict)
+    messages: int = 0
+    pending: deque[Item] = field(default_factory=deque)  # to encode and write, in order
+
+
+def rotate(directory: Path, open_paths: set[Path], max_files: int, max_bytes: int) -> int:
+    """Remove the oldest finished `*.mcap` files until at most `max_files` files and
+    `max_bytes` bytes remain; open captures are never touched. How many went."""
+    files = []
+    for p in directory.glob("*.mcap"):
+        if p in open_paths:
+            continue
+        with contextlib.suppress(OSError):
+            st = p.stat()
+            files.append((st.st_mtime, p.name, p, st.st_size))
+    files.sort()
+    total = sum(f[3] for f in files)
+    removed = 0
+    while files and (len(files) > max_files or total > max_bytes):
+        _, _, p, size = files.pop(0)
+        with contextlib.suppress(OSError):
+            p.unlink()
+            total -= size
+            removed += 1
+    return removed
