@@ -298,3 +298,30 @@ def test_a_stop_with_a_backlog_finishes_the_file_within_its_budget(
     assert time.monotonic() - t0 < 5.0  # inside stop()'s join
     got = read_checked(path)  # make_reader: needs the footer and summary
     assert 0 < got["counts"]["/link/status"] < 60_000
+
+
+def test_a_capture_that_falls_behind_sheds_its_oldest_unwritten_items(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A starved recorder's backlog is bounded (MAX_PENDING): the oldest unwritten items go,
+    counted in `backlog_dropped`; the file is still finished and readable."""
+    from edge_agent.observe import recorder as recorder_mod
+
+    monkeypatch.setattr(recorder_mod, "MAX_PENDING", 1_000)
+    monkeypatch.setattr(recorder_mod, "WRITE_BATCH", 10)  # 200 messages/s: far behind
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=0.5), tap=tap)
+    rec.start()
+    try:
+        path = rec.start_capture("behind")
+        assert path is not None
+        for _ in range(20):
+            for _ in range(1_000):
+                tap.publish(ch.LINK_STATUS, STATUS)
+            time.sleep(0.02)
+        wait_until(lambda: rec.status()["backlog_dropped"] > 0, 30, "the backlog shed")
+        assert rec.stop_capture() == path
+        wait_until(lambda: rec.status()["written"] == 1, 60, "the file finished")
+    finally:
+        rec.stop()
+    got = read_checked(path)
+    assert 0 < got["counts"]["/link/status"] < 20_000

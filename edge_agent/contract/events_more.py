@@ -7,6 +7,7 @@ Part of edge_agent/contract/events.py (which unites them in `Event`); same conve
 from typing import Annotated, Any, Literal, TypedDict
 
 from edge_agent.contract.base import EventBase, Ref, S
+from edge_agent.contract.status_model import TrialEvidence
 from edge_agent.vocab import DegradationMode, EventType
 
 ET = EventType
@@ -152,7 +153,7 @@ class ModelCommittedEvent(EventBase):
     by: CommitBy
     tasks: Annotated[int, S(minimum=0)]
     successes: Annotated[int, S(minimum=0)]
-    evidence: dict[str, Any]
+    evidence: TrialEvidence
 
 
 class ModelRolledBackEvent(EventBase):
@@ -166,7 +167,7 @@ class ModelRolledBackEvent(EventBase):
     reasons: list[str]
     at_start: Annotated[bool, "found at start (kill -9 or crash during the trial)"]
     error: str | None
-    evidence: dict[str, Any]
+    evidence: TrialEvidence
     verdict_to_rollback_ms: float | None
     first_slow_to_rollback_s: float | None
 

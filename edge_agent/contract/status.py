@@ -125,10 +125,43 @@ class LoopStatus(LoopFigures, total=False):
     sent_at_once: int
 
 
+Gens = Annotated[list[int], "per generation 0, 1, 2", S(minItems=3, maxItems=3)]
+GensMs = Annotated[list[float], "per generation 0, 1, 2, ms", S(minItems=3, maxItems=3)]
+
+
+class GcWindow(TypedDict):
+    """Garbage collections per generation (edge_agent/executor/collector.py): by the wall clock
+    (how long the GIL was held) and by the collecting thread's CPU time (how long it scanned);
+    `preempted_5ms`: over 5 ms on the wall clock, under half of that on CPU."""
+
+    collections: Gens
+    max_ms: GensMs
+    over_1ms: Gens
+    over_5ms: Gens
+    max_cpu_ms: GensMs
+    max_cpu_collected: Annotated[list[int], "objects the most CPU-costly one freed, per "
+                                 "generation"]
+    cpu_over_5ms: Gens
+    preempted_5ms: Gens
+    max_thread: Annotated[list[str | None], "the thread that ran the longest one, per "
+                          "generation"]
+
+
+class GcFigures(GcWindow):
+    """The whole run, the `after_startup` window (automatic collections once the start-up work
+    is done: the tasks' pauses) and `idle` (the full collections the daemon runs itself at safe
+    points, daemon/heap.py)."""
+
+    after_startup: Annotated[GcWindow | None, "null until the start-up work is done"]
+    idle: GcWindow
+    frozen: Annotated[int, "objects frozen out of the collector's way (the start-up heap)",
+                      S(minimum=0)]
+
+
 class LoopReport(LoopStatus, total=False):
     """The control loop's figures (those of TelemetryPayload.loop) and how it runs."""
 
-    gc: Annotated[dict[str, Any], "the garbage collector's figures (collections, pauses)"]
+    gc: Annotated[GcFigures, "the garbage collector's figures (collections, pauses)"]
 
 
 class ProbeStatus(TypedDict):

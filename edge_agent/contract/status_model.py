@@ -26,6 +26,25 @@ class ShadowCandidate(TypedDict):
     sha256: str
 
 
+Ms = Annotated[float | None, "ms; null before any decision"]
+
+
+class ShadowLatency(TypedDict):
+    """Decision latency of the acting model and of the shadow candidate (its own thread)."""
+
+    acting_p50_ms: Ms
+    acting_p99_ms: Ms
+    shadow_p50_ms: Ms
+    shadow_p99_ms: Ms
+
+
+class ShadowStateFigures(ShadowLatency):
+    """One executor state's compared decisions."""
+
+    decisions: Count
+    agreement: Annotated[float | None, S(minimum=0, maximum=1)]
+
+
 class ShadowStatus(TypedDict):
     """model.shadow: null when no shadow ran this boot; else the running one's figures (`active`
     true) or the last stopped one's (`active` false). `agreement` is the share of compared
@@ -42,14 +61,42 @@ class ShadowStatus(TypedDict):
     since: Annotated[float, "wall-clock s when it started"]
     decisions: Count
     agreement: Annotated[float | None, S(minimum=0, maximum=1)]
-    per_state: dict[str, dict[str, Any]]
-    latency: dict[str, Any]
+    per_state: Annotated[dict[str, ShadowStateFigures], "per executor state"]
+    latency: ShadowLatency
     dropped: Count
     skipped: NotRequired[Count]
     errors: NotRequired[Count]
     report_after: NotRequired[Count]
     reports_filed: NotRequired[Count]
     scheduling: NotRequired[Annotated[str, S(examples=["SCHED_FIFO 1", "SCHED_OTHER"])]]
+
+
+class TrialEvidence(TypedDict):
+    """What was counted while on trial (edge_agent/inference/trial_rules.py Evidence)."""
+
+    tasks: Annotated[Count, "judged: success, failed, aborted by the policy"]
+    successes: Count
+    aborted: Count
+    l3: Count
+    attempts: Annotated[Count, "the candidate's decision attempts (backend local)"]
+    errors: Annotated[Count, "attempts that raised or gave NaN/inf"]
+    slow: Annotated[Count, "attempts over the latency budget (deadline misses included)"]
+    worst_ms: Annotated[float, "the candidate's slowest attempt"]
+    first_slow_wall: Annotated[float | None, "when the first over-budget attempt was seen"]
+    load_failures: Count
+    modes: Annotated[list[str], "unusable-model modes entered"]
+    unclean_restarts: Count
+
+
+class TrialVerdict(TypedDict):
+    """`state` on_trial | regression | committed; `reasons` (regression); `by` (commit: tasks |
+    time); `success`: the success rule's figures (null: not applied, `note` says why)."""
+
+    state: str
+    reasons: list[str]
+    by: str | None
+    success: Annotated[dict[str, Any] | None, "the one-sided binomial test's figures"]
+    note: str | None
 
 
 class TrialStatus(TypedDict):
@@ -65,8 +112,8 @@ class TrialStatus(TypedDict):
     sha256: str
     tasks_done: Count
     tasks_required: Annotated[int, S(minimum=1)]
-    evidence: dict[str, Any]
-    verdict: dict[str, Any] | None
+    evidence: TrialEvidence
+    verdict: TrialVerdict | None
 
 
 class BadModel(TypedDict):

@@ -38,6 +38,9 @@ class RecorderStatus(TypedDict):
     dropped: Annotated[Count, "tap items the recorder lost (it was behind)"]
     encode_errors: Count
     cpu_s: Annotated[float, "the recorder thread's CPU time since start, s"]
+    backlog_dropped: Annotated[Count, "unwritten items a capture shed because the recorder fell "
+                               "behind by more than 100,000 (a gap in that file; starved of "
+                               "CPU)"]
     last_path: Annotated[str | None, "the newest finished file"]
 
 

@@ -4,7 +4,7 @@ inlined in docs/asyncapi.yaml's generated StatusResult).
 """
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired from live annotations.
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 from edge_agent.contract.base import Ref, S, values_of
 from edge_agent.contract.status_model import ModelRef
@@ -85,6 +85,54 @@ class ReportsStatus(TypedDict):
     drift: NotRequired[DriftStatus]
 
 
+class Providers(TypedDict):
+    """The ONNX Runtime providers asked for and what `session.get_providers()` gave."""
+
+    requested: list[str]
+    active: list[str]
+    device: Annotated[str, "cpu or gpu: where the session really runs"]
+    gpu_unavailable: Annotated[bool, "a GPU provider was asked for and not given"]
+
+
+class LocalBackendStatus(TypedDict):
+    """An ONNX Runtime session (`local`, or `cached`: the last good model)."""
+
+    name: str
+    ready: bool
+    model: Annotated[str | None, "the model file"]
+    providers: Providers | None
+    cpu_only_after_gpu_fault: Annotated[bool, "moved to the CPU after a GPU failure"]
+    on_gpu: bool
+    load_ms: Annotated[float | None, "the session's load time (null before)"]
+    runs: Count
+    failures: Count
+
+
+class TritonBackendStatus(TypedDict):
+    """The Triton client (`triton`)."""
+
+    name: str
+    url: str
+    model: str
+    ready: bool
+    requests: Count
+    failures: Count
+    deadline_misses: Annotated[Count, "of `failures`: answers that came after the deadline"]
+    last_error: str | None
+
+
+class RuleBackendStatus(TypedDict):
+    """The rule-based expert (`rule`): always ready."""
+
+    name: str
+    ready: bool
+    kind: Literal["rule"]
+    runs: Count
+
+
+BackendStatus = LocalBackendStatus | TritonBackendStatus | RuleBackendStatus
+
+
 class RouterStatus(TypedDict):
     """The policy router (edge_agent/inference/router.py): its backends and counters."""
 
@@ -94,10 +142,7 @@ class RouterStatus(TypedDict):
     decisions: Annotated[Count, "decisions made"]
     fallbacks: Annotated[Count, "backend attempts that failed over to the next one"]
     no_decisions: Annotated[Count, "ticks where no backend decided"]
-    backends: Annotated[list[dict[str, Any]], "per backend, in preference order: `name`, "
-                        "`ready` and the backend's own figures (onnx: model, providers, "
-                        "on_gpu, load_ms, runs, failures; triton: url, model, requests, "
-                        "failures, deadline_misses, last_error; rule: kind, runs)"]
+    backends: Annotated[list[BackendStatus], "per backend, in preference order"]
 
 
 class InferenceStatus(RouterStatus):

@@ -15,6 +15,10 @@ import gc
 import threading
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status import GcFigures, GcWindow
 
 
 class DeferredCollection:
@@ -76,7 +80,7 @@ class _Window:
                 elif cpu < 0.5 * took:
                     self.preempted_5ms[gen] += 1
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> GcWindow:
         return {"collections": list(self.count),
                 "max_ms": [round(x * 1e3, 3) for x in self.max_s],
                 "over_1ms": list(self.over_1ms), "over_5ms": list(self.over_5ms),
@@ -168,7 +172,7 @@ class CollectionStats:
         elif self.after_startup is not None:
             self.after_startup.record(gen, took, cpu, freed)
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> GcFigures:
         return {**self.total.as_dict(),
                 "after_startup": (None if self.after_startup is None
                                   else self.after_startup.as_dict()),

@@ -28,7 +28,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
 from edge_agent.inference.bound_run import BoundRun, bind
@@ -40,6 +40,9 @@ from edge_agent.inference.providers import (
     session_providers,
 )
 from edge_agent.log import get_logger
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import LocalBackendStatus
 
 log = get_logger(__name__)
 
@@ -335,7 +338,7 @@ class OnnxBackend:
         self._bus.emit(EventKind.BACKEND_UP, self.name,
                        f"back on the GPU ({res.describe()}) after a GPU fault")
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> LocalBackendStatus:
         return {"name": self.name, "ready": self.ready(),
                 "model": str(self.model_path) if self.model_path else None,
                 "providers": self.resolution.as_dict() if self.resolution else None,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import Providers
 
 CPU = "CPUExecutionProvider"
 # Providers that place the model on an accelerator (a GPU/NPU): losing one is a degradation.
@@ -54,7 +57,7 @@ class ProviderResolution:
         return (f"requested {', '.join(self.requested) or '-'}; "
                 f"session runs on {', '.join(self.active) or '-'}")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Providers:
         return {"requested": list(self.requested), "active": list(self.active),
                 "device": self.device, "gpu_unavailable": self.gpu_unavailable}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from edge_agent.inference.backend import (
     Backend,
@@ -36,7 +36,7 @@ from edge_agent.metrics.tally import DECISION_LATENCY
 from edge_agent.policy_seam import Action, Observation
 
 if TYPE_CHECKING:
-    from edge_agent.contract.status_parts import RouterStatus
+    from edge_agent.contract.status_parts import BackendStatus, RouterStatus
 
 log = get_logger(__name__)
 _N_ACTIONS = len(Action)
@@ -235,10 +235,10 @@ class PolicyRouter:
                 log.exception("backend_stop_failed", backend=b.name)
 
 
-def _status(b: Backend) -> dict[str, Any]:
-    fn = getattr(b, "status", None)
-    out: dict[str, Any] = fn() if callable(fn) else {"name": b.name, "ready": b.ready()}
-    return out
+def _status(b: Backend) -> BackendStatus:
+    fn = getattr(b, "status", None)  # every backend of the daemon has one; test doubles may not
+    st = fn() if callable(fn) else {"name": b.name, "ready": b.ready()}
+    return cast("BackendStatus", st)
 
 
 if TYPE_CHECKING:  # mypy proves the router is the executor's Policy

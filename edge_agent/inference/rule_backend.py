@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from edge_agent.executor.policy import ExpertPolicy
 from edge_agent.inference.backend import Row, Ticket
 from edge_agent.policy_seam import POLICY_STATES, Action, Observation, Policy
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import RuleBackendStatus
 
 _N_STATES = len(POLICY_STATES)
 
@@ -49,5 +53,5 @@ class RuleBackend:
     def stop(self) -> None:
         return None
 
-    def status(self) -> dict[str, object]:
+    def status(self) -> RuleBackendStatus:
         return {"name": self.name, "ready": True, "kind": "rule", "runs": self.runs}

@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_model import ShadowLatency
 
 LATENCY_WINDOW = 4096
 MAX_EXAMPLES = 20  # differing decisions kept for the report (the first ones)
@@ -35,7 +38,7 @@ class _Latencies:
         self.acting: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self.shadow: deque[float] = deque(maxlen=LATENCY_WINDOW)
 
-    def figures(self) -> dict[str, float | None]:
+    def figures(self) -> ShadowLatency:
         def r(v: float | None) -> float | None:
             return None if v is None else round(v, 4)
         return {"acting_p50_ms": r(percentile(self.acting, 0.5)),

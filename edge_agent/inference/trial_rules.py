@@ -39,7 +39,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_model import TrialEvidence, TrialVerdict
 
 MIN_ERRORS = 3
 ERROR_FRACTION = 0.01
@@ -89,8 +92,8 @@ class Evidence:
     modes: list[str] = field(default_factory=list)  # unusable-model modes entered
     unclean_restarts: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> TrialEvidence:
+        return cast("TrialEvidence", asdict(self))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Evidence:
@@ -131,7 +134,7 @@ class Verdict:
     success: Mapping[str, Any] | None = None
     note: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TrialVerdict:
         return {"state": self.state, "reasons": list(self.reasons), "by": self.by,
                 "success": dict(self.success) if self.success is not None else None,
                 "note": self.note}

@@ -24,11 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.inference.backend import EventBus, EventKind, Row, Ticket
 from edge_agent.log import get_logger
 from edge_agent.metrics.tally import TRITON_ROUND_TRIP
+
+if TYPE_CHECKING:
+    from edge_agent.contract.status_parts import TritonBackendStatus
 
 log = get_logger(__name__)
 
@@ -147,7 +150,7 @@ class TritonBackend:
         self._q.put(_HEALTH)
         return True
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> TritonBackendStatus:
         return {"name": self.name, "url": self.url, "model": self.model_name,
                 "ready": self._ready, "requests": self.requests, "failures": self.failures,
                 "deadline_misses": self.deadline_misses, "last_error": self.last_error}

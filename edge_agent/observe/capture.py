@@ -58,6 +58,7 @@ class Capture:
     ids: dict[str, int] = field(default_factory=dict)
     messages: int = 0
     pending: deque[Item] = field(default_factory=deque)  # to encode and write, in order
+    shed: bool = False  # it lost unwritten items to MAX_PENDING (logged once)
 
 
 def rotate(directory: Path, open_paths: set[Path], max_files: int, max_bytes: int) -> int:

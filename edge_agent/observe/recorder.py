@@ -57,6 +57,11 @@ WRITE_BATCH = 500  # messages encoded per capture per period (10,000/s at 50 ms:
 # (footer, indexes) with what it has, inside stop()'s join: a starved recorder (a loaded CPU) at
 # a daemon stop leaves shorter files, never torn ones.
 FINAL_S = 3.0
+# A capture's items not yet written, at most: ~1 minute of every channel of a 1 kHz robot. A
+# recorder starved of CPU (seen at load average 50+) fell behind and its backlog held 100-160 MB
+# that the process kept after it caught up; past this, the oldest unwritten items go (a gap in
+# that file, counted in `backlog_dropped` and logged once per file).
+MAX_PENDING = 100_000
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 class Recorder:
@@ -89,6 +94,7 @@ class Recorder:
         self.refused = 0  # on-demand starts refused (the recorder thread saw one running)
         self.rotated = 0  # files removed by the caps
         self.encode_errors = 0
+        self.backlog_dropped = 0  # unwritten items a starved capture shed (MAX_PENDING)
         self.cpu_s = 0.0  # the recorder thread's CPU time
         self.last_path: str | None = None
 
@@ -169,6 +175,7 @@ class Recorder:
                     "ring_messages": len(self._ring), "ring_bytes": self._ring_bytes,
                     "dropped": sub.dropped if sub is not None else 0,
                     "encode_errors": self.encode_errors, "cpu_s": round(self.cpu_s, 3),
+                    "backlog_dropped": self.backlog_dropped,
                     "last_path": self.last_path}
 
     def _path(self, reason: str, t_ns: int) -> Path:
@@ -200,6 +207,8 @@ class Recorder:
         final_by = time.monotonic() + FINAL_S
         for c in list(self._open):
             c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
+            if len(c.pending) > MAX_PENDING:
+                self._shed(c)
             end = self._end_of(c)
             done = final or now >= end
             # encoding is the recorder's only real work: at most WRITE_BATCH messages a cycle
@@ -243,6 +252,19 @@ class Recorder:
             while ring and (ring[0][0][1] < oldest or self._ring_bytes > s.ring_bytes):
                 self._ring_bytes -= ring.popleft()[1]
         return fresh
+
+    def _shed(self, c: Capture) -> None:
+        """Over MAX_PENDING: the oldest unwritten items go (the writer is behind)."""
+        over = len(c.pending) - MAX_PENDING
+        popleft = c.pending.popleft
+        for _ in range(over):
+            popleft()
+        with self._lock:
+            self.backlog_dropped += over
+        if not c.shed:
+            c.shed = True
+            _log.warning("recording_backlog_dropped", path=str(c.path), dropped=over,
+                         max_pending=MAX_PENDING, hint="the recorder is starved of CPU")
 
     def _drain_until(self, c: Capture, end: int, by: float) -> None:
         """At stop: the backlog in batches until monotonic `by`; what is left is not written."""
