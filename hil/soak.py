@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import signal
@@ -55,22 +54,10 @@ OPEN_TRIAL = ("pending", "on_trial", "rolling_back", None)  # daemon/trial_store
 
 
 def candidate(drop: Path, name: str) -> tuple[Path, str]:
-    """The trained policy with another doc string (same decisions, another sha256) and its card,
-    unsigned (configs/sim.toml sets no inference.trusted_keys; docs/MODELS.md)."""
-    import hashlib
+    """A copy of the trained policy with another sha256 (hil/candidate_model.py)."""
+    from hil.candidate_model import candidate as make
 
-    import onnx
-
-    model = onnx.load(str(TRAINED))
-    model.doc_string = f"hil.soak candidate {name}"
-    out = drop / f"{name}.onnx"
-    out.write_bytes(model.SerializeToString())
-    sha = hashlib.sha256(out.read_bytes()).hexdigest()
-    card = json.loads(TRAINED.with_name(TRAINED.stem + ".card.json").read_text())
-    card.update(sha256=sha, version=f"soak-{name}")
-    card.pop("signature", None)
-    out.with_name(f"{name}.card.json").write_text(json.dumps(card))
-    return out, sha
+    return make(drop, name, version=f"soak-{name}", source=TRAINED)
 
 
 class Soak:

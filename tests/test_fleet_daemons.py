@@ -14,7 +14,6 @@ states). Heavy: 2 minutes at a load average of 5, nearly 4 at 25, on this 2-core
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from edge_agent.comms.mqtt_common import Topics, to_payload
+from hil.candidate_model import candidate
 from hil.fleet_proc import ROOT, Fleet, wait
 
 pytestmark = pytest.mark.slow
@@ -36,18 +36,7 @@ TRAINED = ROOT / "models" / "pick-place-policy.onnx"
 
 def _candidate(directory: Path, name: str) -> tuple[Path, str]:
     """The trained policy with another doc string: the same decisions, another sha256."""
-    import onnx
-
-    model = onnx.load(str(TRAINED))
-    model.doc_string = f"fleet test candidate {name}"
-    out = directory / f"{name}.onnx"
-    out.write_bytes(model.SerializeToString())
-    sha = hashlib.sha256(out.read_bytes()).hexdigest()
-    card = json.loads(TRAINED.with_name(TRAINED.stem + ".card.json").read_text())
-    card.update(sha256=sha, version=f"1.0.1-{name}")
-    card.pop("signature", None)
-    out.with_name(f"{name}.card.json").write_text(json.dumps(card))
-    return out, sha
+    return candidate(directory, name, version=f"1.0.1-{name}", source=TRAINED)
 
 
 @pytest.fixture(scope="module")
