@@ -16,19 +16,16 @@ probe's `fails_on`; an inference or sensor probe says its own).
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from edge_agent.health.modes import Transition
 from edge_agent.health.monitor import HealthMonitor
 from edge_agent.health.probe import Probe
 from edge_agent.health.probes import BrokerProbe, LinkProbe, LoopProbe, StartupProbe, StoreProbe
-from edge_agent.log import get_logger
 from edge_agent.reports.record import ModeRecord
 from edge_agent.store.reserve import SpaceReserve
 from edge_agent.vocab import DegradationMode, EventType
@@ -37,7 +34,6 @@ if TYPE_CHECKING:
     from edge_agent.config import Config
     from edge_agent.contract.events import Event
 
-_log = get_logger(__name__)
 
 # What each mode takes out of service, and what decides or carries on instead.
 CAPABILITIES: Mapping[DegradationMode, tuple[str, ...]] = {
@@ -111,22 +107,12 @@ def daemon_probes(cfg: Config, src: HealthSources) -> list[Probe]:
 
 
 def sensor_probes(cfg: Config, hub: Any) -> list[Probe]:
-    """The per-channel sensor probes (health/sensor_probes.py, written beside this)."""
+    """The per-channel sensor probes (health/sensor_probes.py)."""
     if hub is None:
         return []
-    mod = _optional("edge_agent.health.sensor_probes")
-    return [] if mod is None else list(mod.make_sensor_probes(hub, cfg.robot, cfg))
+    from edge_agent.health.sensor_probes import make_sensor_probes
 
-
-def _optional(name: str) -> ModuleType | None:
-    """A probe module written in parallel with this one (issue #18): absent → logged, None."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        _log.warning("health_probe_module_missing", module=name)
-        return None
+    return list(make_sensor_probes(hub, cfg.robot, cfg))
 
 
 def attach_inference_probes(monitor: HealthMonitor | None, router: Any, cfg: Config) -> int:
@@ -134,10 +120,9 @@ def attach_inference_probes(monitor: HealthMonitor | None, router: Any, cfg: Con
     built after READY); returns how many were added."""
     if monitor is None or router is None:
         return 0
-    mod = _optional("edge_agent.health.inference_probes")
-    if mod is None:
-        return 0
-    probes = list(mod.make_inference_probes(router, cfg))
+    from edge_agent.health.inference_probes import make_inference_probes
+
+    probes = list(make_inference_probes(router, cfg))
     monitor.add_probes(probes)
     return len(probes)
 
@@ -152,8 +137,10 @@ def build_health(cfg: Config, src: HealthSources) -> HealthMonitor:
                             recover_after=h.recover_after,
                             on_transition=_router(src, h.recover_after), clock=src.clock)
     src.tap_events(monitor.on_event)
-    if src.sensor_hub is not None and (mod := _optional("edge_agent.health.sensor_probes")):
-        mod.watch_stale(src.sensor_hub, monitor.fail_now)  # a channel gone stale, at once
+    if src.sensor_hub is not None:
+        from edge_agent.health.sensor_probes import watch_stale
+
+        watch_stale(src.sensor_hub, monitor.fail_now)  # a channel gone stale, at once
     return monitor
 
 
