@@ -60,9 +60,11 @@ class DiskSink:
             # the report as the outbox encoded it, and where its plot is
             body = (entry.report_json()[:-1]
                     + f',"plot":{json.dumps(f"{entry.id}.png" if plot else None)}}}')
-            write_atomic(self.dir / f"{entry.id}.json", body.encode(), mode=0o640,
-                         sync_dir=False)
+            # the Markdown first: the .json is what readers list, so once it is there its .md
+            # (and plot) are too
             write_atomic(self.dir / f"{entry.id}.md", entry.markdown.encode(), mode=0o640,
+                         sync_dir=False)
+            write_atomic(self.dir / f"{entry.id}.json", body.encode(), mode=0o640,
                          sync_dir=False)
             fsync_dir(self.dir)
             self.prune()
