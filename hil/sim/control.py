@@ -75,15 +75,7 @@ class ControlHandler:
 
     def _cmd_latency(self, req: dict[str, Any], fws: list[Firmware]) -> dict[str, Any]:
         """E-stop press edge → STOP frame received, µs on the firmware clock (`clear`: reset)."""
-        fw = fws[0]
-        out = {"estop_reaction_us": list(fw.estop_reaction_us),
-               "estop_wire_reaction_us": list(fw.estop_wire_reaction_us),
-               "unanswered": fw.estop_unanswered}
-        if req.get("clear"):
-            fw.estop_reaction_us.clear()
-            fw.estop_wire_reaction_us.clear()
-            fw.estop_unanswered = 0
-        return out
+        return fws[0].estop_reaction.latency(bool(req.get("clear")))
 
     def _cmd_ping(self, req: dict[str, Any], fws: list[Firmware]) -> dict[str, Any]:
         return {"t": self.clock()}

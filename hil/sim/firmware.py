@@ -18,7 +18,6 @@ transport delay; the gripper is self-locking (keeps opening and force when the d
 from __future__ import annotations
 
 import random
-from collections import deque
 from typing import Any
 
 from edge_agent.link.codec import (
@@ -30,7 +29,6 @@ from edge_agent.link.codec import (
     Frame,
     FrameDecoder,
     FrameType,
-    GripperMode,
     Hello,
     HelloAck,
     Message,
@@ -45,6 +43,7 @@ from edge_agent.link.codec import (
 )
 from edge_agent.robot import RobotDescription
 from hil.sim.config import RigConfig
+from hil.sim.estop_reaction import EstopReaction
 from hil.sim.faults import FaultEngine, FaultSpec
 from hil.sim.gripper import Gripper, WorldObject
 from hil.sim.physics import HOLD_HERE, Arm
@@ -116,17 +115,7 @@ class Firmware:
             "rx_bytes", "tx_bytes", "commands_applied", "duplicates_skipped", "cmd_rejected",
             "ignored_frames", "statuses_sent", "sensor_frames_sent", "deadman_trips",
             "estop_edges", "rx_discarded_bytes", "tx_discarded_bytes", "corrupted_bytes"), 0)
-        # E-stop reaction as the robot sees it: press edge (its tick) → first STOP frame received
-        # (firmware µs); bounded, read and cleared through the control socket's `latency`.
-        self._press_pending_us: int | None = None
-        self.estop_reaction_us: deque[int] = deque(maxlen=200_000)
-        # The same, timed from the moment the edge's frames were handed to the wire (the
-        # runner's `wired()`): what the host side answers to. The tick time above also carries
-        # the simulator's own lateness when a real-time runner is woken late (a firmware on a
-        # microcontroller is not); the lock-step runner has no wire, so both are equal there.
-        self.estop_wire_reaction_us: deque[int] = deque(maxlen=200_000)
-        self.estop_unanswered = 0
-        self._press_wire_us: int | None = None
+        self.estop_reaction = EstopReaction()
 
     # ------------------------------------------------------------------ I/O side
 
@@ -174,8 +163,7 @@ class Firmware:
 
     def wired(self, now: float) -> None:
         """The runner wrote what `step`/`drain` returned at `now`: stamps a pending press."""
-        if self._press_pending_us is not None and self._press_wire_us is None:
-            self._press_wire_us = self.fw_time_us(now)
+        self.estop_reaction.wired(self.fw_time_us(now))
 
     def send(self, msg: Message) -> None:
         self._out += encode(msg, self._seq.next())
@@ -221,12 +209,7 @@ class Firmware:
         elif isinstance(msg, Enable):
             self._enable(msg.enable, rx_us)
         elif isinstance(msg, Stop):
-            if self._press_pending_us is not None:
-                self.estop_reaction_us.append(rx_us - self._press_pending_us)
-                wired = self._press_wire_us
-                self.estop_wire_reaction_us.append(
-                    rx_us - (wired if wired is not None else self._press_pending_us))
-                self._press_pending_us = self._press_wire_us = None
+            self.estop_reaction.stop_received(rx_us)
             if msg.category == StopCategory.CAT0:
                 self.arm.disable()
             elif self.arm.enabled:
@@ -301,24 +284,13 @@ class Firmware:
         elif self.host_mode != Mode.HOLD:
             arm.set_reference(rx_us, HOLD_HERE)
             self.host_mode = Mode.HOLD
-        mask |= self._gripper_command(cmd)
+        if self.gripper.firmware_command(cmd.gripper_mode, cmd.gripper_setpoint,
+                                         cmd.gripper_current_limit):
+            mask |= 1 << self.n
         if mask != self._limit_mask:
             self._limit_mask = mask
             if mask:
                 self._event(EventCode.LIMIT_CLAMPED, mask, rx_us)
-
-    def _gripper_command(self, cmd: Command) -> int:
-        g = self.robot.gripper
-        if cmd.gripper_mode == GripperMode.HOLD:
-            self.gripper.hold()
-            return 0
-        lim = cmd.gripper_current_limit or g.current_nominal_a
-        lo, hi = ((g.stroke_min_m, g.stroke_max_m) if cmd.gripper_mode == GripperMode.POSITION
-                  else (0.0, g.force_max_n))
-        sp = min(max(cmd.gripper_setpoint, lo), hi)
-        lim_c = min(max(lim, g.current_min_a), g.current_max_a)
-        self.gripper.command(cmd.gripper_mode, sp, lim_c)
-        return (1 << self.n) if (sp != cmd.gripper_setpoint or lim_c != lim) else 0
 
     # ------------------------------------------------------------------ the tick
 
@@ -388,10 +360,7 @@ class Firmware:
         self.estop_input = pressed
         self.counters["estop_edges"] += 1
         if pressed:
-            if self._press_pending_us is not None:
-                self.estop_unanswered += 1
-            self._press_pending_us = t_us
-            self._press_wire_us = None
+            self.estop_reaction.pressed(t_us)
         if pressed and self.estop_hold:
             self.estop_latched = True
             self.arm.disable()

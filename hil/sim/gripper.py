@@ -59,6 +59,7 @@ class Gripper:
         self.w_min, self.w_max = g.stroke_min_m, g.stroke_max_m
         self.i_min, self.i_max, self.i_nom = g.current_min_a, g.current_max_a, g.current_nominal_a
         self.speed_max = g.speed_max_m_s
+        self.force_max = g.force_max_n
         self.force_per_amp = g.force_max_n / g.current_max_a
         self.inv_tau = 1.0 / max(rig.gripper_time_constant_s, 1e-6)
         self.free_current = rig.gripper_free_current_a
@@ -96,6 +97,21 @@ class Gripper:
     def hold(self) -> None:
         """Keep the present opening and force (a held part is not dropped)."""
         self.command(GripperMode.HOLD, 0.0, self.current_limit)
+
+    def firmware_command(self, mode: GripperMode, setpoint: float, current_limit: float) -> bool:
+        """A COMMAND's gripper part as the firmware applies it: the setpoint clamped to the
+        stroke (POSITION) or the force range (FORCE), the current limit (0: nominal) to the
+        motor's range; True when anything was clamped (the LIMIT_CLAMPED event's gripper bit)."""
+        if mode == GripperMode.HOLD:
+            self.hold()
+            return False
+        lim = current_limit or self.i_nom
+        lo, hi = ((self.w_min, self.w_max) if mode == GripperMode.POSITION
+                  else (0.0, self.force_max))
+        sp = min(max(setpoint, lo), hi)
+        lim_c = min(max(lim, self.i_min), self.i_max)
+        self.command(mode, sp, lim_c)
+        return sp != setpoint or lim_c != lim
 
     def _in_zone(self, tool: tuple[float, float, float, float], obj: WorldObject) -> bool:
         half = obj.size / 2.0
