@@ -72,20 +72,37 @@ def _end(proc: subprocess.Popen[bytes] | None, timeout: float = 15.0) -> None:
         proc.wait(timeout)
 
 
-class NatsMqtt:
-    """A private nats-server with JetStream and the MQTT gateway (MQTT 3.1.1)."""
+class _PrivateBroker:
+    """What both brokers share: a work dir, a free MQTT port, a process group, a log."""
 
     host = "127.0.0.1"
-    name = "nats"
+    name = ""
     protocol = "3.1.1"
+    stop_timeout = 15.0
 
-    def __init__(self, workdir: Path, users: Mapping[str, str]) -> None:
+    def __init__(self, workdir: Path, log_name: str) -> None:
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.client_port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log_path = self.dir / "nats.log"
+        self._log_path = self.dir / log_name
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        _end(proc, timeout=self.stop_timeout)
+
+    def log(self) -> str:
+        return _tail(self._log_path, 200)
+
+
+class NatsMqtt(_PrivateBroker):
+    """A private nats-server with JetStream and the MQTT gateway (MQTT 3.1.1)."""
+
+    name = "nats"
+
+    def __init__(self, workdir: Path, users: Mapping[str, str]) -> None:
+        super().__init__(workdir, "nats.log")
+        self.client_port = free_port()
         users_conf = ", ".join(f"{{user: {json.dumps(u)}, password: {json.dumps(p)}}}"
                                for u, p in users.items())
         self.config = self.dir / "nats.conf"
@@ -117,16 +134,9 @@ class NatsMqtt:
                                           stderr=subprocess.STDOUT, start_new_session=True)
         _wait_port(self._proc, self.host, self.port, timeout, "nats-server", self._log_path)
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _end(proc)
-
     def restart(self) -> None:
         self.stop()
         self.start()
-
-    def log(self) -> str:
-        return _tail(self._log_path, 200)
 
 
 def _password_hash(password: str) -> str:
@@ -135,21 +145,16 @@ def _password_hash(password: str) -> str:
     return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
 
 
-class RabbitMqtt:
+class RabbitMqtt(_PrivateBroker):
     """A private RabbitMQ node with the MQTT plugin (MQTT 3.1.1 before RabbitMQ 3.13)."""
 
-    host = "127.0.0.1"
     name = "rabbitmq"
-    protocol = "3.1.1"
+    stop_timeout = 30.0
 
     def __init__(self, workdir: Path, users: Mapping[str, str]) -> None:
-        self.dir = Path(workdir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        super().__init__(workdir, "rabbitmq.out")
         self.amqp_port = free_port()
         self.dist_port = free_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log_path = self.dir / "rabbitmq.out"
         defs = {
             "users": [{"name": u, "password_hash": _password_hash(p), "tags": "",
                        "hashing_algorithm": "rabbit_password_hashing_sha256"}
@@ -214,16 +219,9 @@ class RabbitMqtt:
         _wait_port(self._proc, self.host, self.port, timeout, "rabbitmq-server", self._log_path)
         self.start_s.append(time.monotonic() - t0)
 
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _end(proc, timeout=30.0)
-
     def restart(self) -> None:
         self.stop()
         self.start(niceness=0)  # in the foreground: nothing else of the test runs meanwhile
-
-    def log(self) -> str:
-        return _tail(self._log_path, 200)
 
 
 def mosquitto_version() -> str:
