@@ -182,6 +182,8 @@ def test_remote_policy_probe_against_a_real_triton(triton: TritonServer, tmp_pat
     # the checks below against 150 ms (the config caps deadline_ms at the 50 ms decision
     # period; a loaded test machine needs the margin)
     probe = RemotePolicyProbe(remote, 0.15)
+    r = probe.check(time.monotonic())  # before the worker's first readiness probe: no fault yet
+    assert r.level is Level.OK and r.message.startswith("connecting"), r
     remote.start()
     try:
         assert remote.wait_ready(60.0)

@@ -109,6 +109,9 @@ class RemotePolicyProbe(_Probe):
                         sample_age_s=round(self._clock() - h.mono, 3),
                         latency_ms=round(h.latency_s * 1e3, 3) if h.latency_s is not None
                         else None)
+        if not r.answered():  # start-up: the worker's first probe (import, connect) is pending
+            return ProbeResult.ok("connecting: the first readiness probe has not answered yet",
+                                  **figs)
         if not r.ready():  # the worker's own readiness (refreshed every ready period)
             return ProbeResult.error(
                 f"Triton {r.url} unreachable or not ready: {r.last_error}", **figs)

@@ -101,6 +101,11 @@ class TritonBackend:
     def ready(self) -> bool:
         return self._ready
 
+    def answered(self) -> bool:
+        """Whether the worker's first readiness probe has answered (until then `ready()` is
+        False only because nobody asked the server yet)."""
+        return self._announced is not None
+
     def submit(self, row: Row) -> Ticket | None:
         """Queue one request for the worker; None when it is still busy (never blocks)."""
         with self._lock:
