@@ -156,9 +156,9 @@ def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     assert st["ring_messages"] < 8000
 
 
-def test_received_frames_wait_packed_and_are_written_as_received(tmp_path: Path) -> None:
-    """/link/status and /link/rx frames wait in the ring as their wire body (memory: hil.
-    footprint); the file holds what the frames said, field for field."""
+def test_link_frames_wait_packed_and_are_written_as_on_the_wire(tmp_path: Path) -> None:
+    """/link/status, /link/rx and /link/tx frames wait in the ring as their wire body (memory:
+    hil.footprint); the file holds what the wire carried, field for field."""
     from mcap.reader import make_reader
 
     from edge_agent.link.bodies import pack_body, parse_body
@@ -173,9 +173,9 @@ def test_received_frames_wait_packed_and_are_written_as_received(tmp_path: Path)
     try:
         tap.publish(ch.LINK_STATUS, wire)
         tap.publish(ch.LINK_RX, gstate)
-        tap.publish(ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))  # sent: kept as published
+        tap.publish(ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))  # sent: f64, packed as f32
         wait_until(lambda: rec.status()["ring_messages"] == 3, 30, "three in the ring")
-        assert {type(item[2]) for item, _ in rec._ring} == {bytes, Command}
+        assert {type(item[2]) for item in rec._ring.since(0)} == {bytes}
         path = rec.trigger("manual")
         wait_until(lambda: rec.status()["written"] == 1, 30, "written")
     finally:
@@ -184,8 +184,10 @@ def test_received_frames_wait_packed_and_are_written_as_received(tmp_path: Path)
     with path.open("rb") as f:
         for _, channel, msg in make_reader(f).iter_messages():
             got[channel.topic] = json.loads(msg.data)
-    for topic, frame in ((ch.LINK_STATUS, wire), (ch.LINK_RX, gstate),
-                         (ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))):
+    sent = Command(Mode.HOLD, (0.1, 1.0))
+    on_wire = parse_body(sent.TYPE, pack_body(sent))  # what the guardian got: 0.1 as f32
+    assert on_wire != sent
+    for topic, frame in ((ch.LINK_STATUS, wire), (ch.LINK_RX, gstate), (ch.LINK_TX, on_wire)):
         want = json.loads(ch.encode(topic, frame, 0))
         assert {k: v for k, v in got[topic].items() if k != "timestamp"} == {
             k: v for k, v in want.items() if k != "timestamp"}

@@ -1,5 +1,5 @@
 """The flight recorder's pieces (recorder.py holds the thread): its settings, one capture in
-progress, received link frames packed as their wire bytes while they wait in the ring, and the
+progress, link frames packed as their wire bytes while they wait in the ring, and the
 finished files' caps.
 """
 
@@ -15,11 +15,13 @@ from edge_agent.link.bodies import pack_body, parse_body
 from edge_agent.observe import channels as ch
 from edge_agent.observe.tap import Item
 
-PACKED = frozenset({ch.LINK_STATUS, ch.LINK_RX})  # frames received: f32 on the wire already
+# link frames, kept as their (f32) wire body: received ones were decoded from it, sent ones are
+# encoded to it on their way to the guardian (/link/tx records what the wire carried)
+PACKED = frozenset({ch.LINK_STATUS, ch.LINK_RX, ch.LINK_TX})
 
 
 def pack(item: Item) -> Item:
-    """A received frame as bytes (its type, then its wire body); anything else as it is."""
+    """A link frame as bytes (its type, then its wire body); anything else as it is."""
     try:
         msg = item[2]
         return (item[0], item[1], bytes((msg.TYPE,)) + pack_body(msg))

@@ -15,11 +15,12 @@ every open file is finished with what it has. Files written so far are capped (`
 killed mid-file leaves complete chunks that `mcap.stream_reader.StreamReader` reads up to the
 tear.
 
-Received link frames (`/link/status` at 1 kHz, `/link/rx`) wait in the ring packed as their
-wire body (one bytes object each: about 330 bytes of heap a STATUS frame instead of about
-1,200 as objects — a 15 s ring of 1 kHz STATUS frames, 18 MB as objects, holds 5 MB packed;
-python -m hil.footprint). They were decoded from that wire format (f32), so packing them again
-loses nothing; a capture parses them back before encoding.
+Link frames (`/link/status` at 1 kHz, `/link/rx`, `/link/tx` at the loop's rate) wait in the
+ring as their wire body, a quarter second of one topic in one lz4 block (observe/ring.py; at
+most about 65 bytes of heap a STATUS frame, its time included, instead of about 1,200 as
+objects). Received frames were decoded from that f32 wire format and sent ones are encoded to
+it on their way to the guardian, so the bytes are what the wire carried; a capture parses them
+back before encoding.
 
 `mcap` is imported when the recorder starts (after READY), never before.
 """
@@ -41,6 +42,7 @@ from edge_agent.observe.capture import PACKED, Capture, pack, rotate, unpack
 from edge_agent.observe.capture import (
     RecorderSettings as RecorderSettings,
 )
+from edge_agent.observe.ring import Ring
 from edge_agent.observe.tap import TAP, Item, Tap
 
 if TYPE_CHECKING:
@@ -72,9 +74,8 @@ class Recorder:
         self.s = settings
         self._tap = tap
         self._sub: Any = None
-        self._ring: deque[tuple[Item, int]] = deque()  # (tap item, its estimated bytes)
+        self._ring = Ring(PACKED)
         self._est: dict[str, int] = {}  # topic -> encoded bytes per message (running mean)
-        self._ring_bytes = 0
         self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._open: list[Capture] = []
         # The captures' backlogs: long-lived deques, reused. A new deque holding a trigger's
@@ -172,7 +173,7 @@ class Recorder:
                     "written": self.written,
                     "refused": self.refused, "merged": self.merged,
                     "rotated": self.rotated,
-                    "ring_messages": len(self._ring), "ring_bytes": self._ring_bytes,
+                    "ring_messages": self._ring.messages, "ring_bytes": self._ring.bytes,
                     "dropped": sub.dropped if sub is not None else 0,
                     "encode_errors": self.encode_errors, "cpu_s": round(self.cpu_s, 3),
                     "backlog_dropped": self.backlog_dropped,
@@ -244,13 +245,9 @@ class Recorder:
         for i, item in enumerate(fresh):
             if item[0] in PACKED:
                 item = fresh[i] = pack(item)
-            n = est.get(item[0], _EST_DEFAULT)
-            ring.append((item, n))
-            self._ring_bytes += n
-        if ring:
-            oldest = ring[-1][0][1] - int((s.pre_s + RING_MARGIN_S) * _NS)
-            while ring and (ring[0][0][1] < oldest or self._ring_bytes > s.ring_bytes):
-                self._ring_bytes -= ring.popleft()[1]
+            ring.add(item, est.get(item[0], _EST_DEFAULT))
+        if fresh:
+            ring.trim(fresh[-1][1] - int((s.pre_s + RING_MARGIN_S) * _NS), s.ring_bytes)
         return fresh
 
     def _shed(self, c: Capture) -> None:
@@ -336,7 +333,7 @@ class Recorder:
         self._write(c, c.trigger_ns, ch.RECORDER, ch.encode(ch.RECORDER, c.mark, c.trigger_ns))
         backlog = self._backlogs.pop() if self._backlogs else deque()
         backlog.extend(c.pending)  # nothing yet, as a rule
-        backlog.extend(item for item, _ in self._ring if item[1] >= c.start_ns)
+        backlog.extend(self._ring.since(c.start_ns))
         c.pending = backlog
         _log.info("recording_started", path=str(c.path), reason=c.mark["reason"])
 
