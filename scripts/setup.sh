@@ -28,6 +28,19 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
   touch "$stamp"
 fi
+# The real Triton server of the tests and benches (tests/triton_server.py) in an environment of
+# its own: pytriton pins numpy<2, the daemon runs on numpy 2 (pyproject.toml, extra
+# `triton-server`, read from there so the list lives in one place).
+if [ ! -x .venv-triton/bin/python ]; then
+  python3 -m venv .venv-triton
+fi
+tstamp=.venv-triton/.edge-agent-installed
+if [ ! -f "$tstamp" ] || [ pyproject.toml -nt "$tstamp" ]; then
+  .venv-triton/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["triton-server"]))' > .venv-triton/requirements.txt
+  .venv-triton/bin/python -m pip install -q -r .venv-triton/requirements.txt
+  touch "$tstamp"
+fi
 # Byte-compile the package (an editable install does not, and the service cannot write next to
 # its code: ProtectSystem=strict). Without .pyc files every start compiles ~80 modules again —
 # ~250 ms here, more than the whole start-up budget. Quick when nothing changed.

@@ -8,8 +8,10 @@ session's. The number in `--delay-file` (ms, read per request) slows every reque
 Imported, `TritonServer` starts that script in a subprocess on free 127.0.0.1 ports, waits until
 the server and the model are ready (tritonclient, with a deadline), and stops/restarts it on the
 same ports. `triton_unavailable()` says why a server cannot run here (pytest skip reason).
-The server's interpreter is $EDGE_AGENT_TRITON_PYTHON or the running one; pytriton needs
-numpy<2 and LD_LIBRARY_PATH on that Python's own lib dir (set here) so its stub finds libpython.
+The server's interpreter is $EDGE_AGENT_TRITON_PYTHON, else .venv-triton/bin/python (what
+scripts/setup.sh makes from the `triton-server` extra: pytriton needs numpy<2, the daemon runs on
+numpy 2), else the running one; LD_LIBRARY_PATH is set on that Python's own lib dir here so its
+stub finds libpython.
 """
 
 from __future__ import annotations
@@ -41,8 +43,13 @@ def _shm_names() -> set[str]:
         return set()
 
 
+_OWN_VENV = Path(__file__).resolve().parent.parent / ".venv-triton" / "bin" / "python"
+
+
 def server_python() -> str:
-    return os.environ.get("EDGE_AGENT_TRITON_PYTHON") or sys.executable
+    if os.environ.get("EDGE_AGENT_TRITON_PYTHON"):
+        return os.environ["EDGE_AGENT_TRITON_PYTHON"]
+    return str(_OWN_VENV) if _OWN_VENV.exists() else sys.executable
 
 
 def triton_unavailable() -> str | None:
@@ -57,8 +64,9 @@ def triton_unavailable() -> str | None:
                            timeout=60, check=False)
     if probe.returncode != 0:
         tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
-        return (f"nvidia-pytriton is not importable by {py} ({tail}); it needs numpy<2 — set "
-                "EDGE_AGENT_TRITON_PYTHON to an interpreter that has it")
+        return (f"nvidia-pytriton is not importable by {py} ({tail}); it needs numpy<2 — run "
+                "scripts/setup.sh (it makes .venv-triton) or set EDGE_AGENT_TRITON_PYTHON to an "
+                "interpreter that has it")
     return None
 
 
