@@ -3,6 +3,8 @@ an `MqttTarget`.
 
     --config PATH   a config naming the broker, TLS, the prefix (optional with --host)
     --host H --port P --username U --password-file F
+    --mqtt-protocol 5|3.1.1   the MQTT version (default: the config's mqtt.protocol, else 5);
+                              3.1.1 for a broker that speaks no MQTT 5 (NATS, RabbitMQ < 3.13)
 
 A device account may not read other devices' topics (the documented ACL), so an operator connects
 as another user: `--username` / `$EDGE_AGENT_MQTT_USERNAME`, the password from `--password-file`
@@ -34,7 +36,7 @@ class BrokerArgsError(Exception):
 
 
 def add_broker_arguments(p: Any) -> None:
-    """`--config`, `--host`, `--port`, `--username`, `--password-file` on parser `p`."""
+    """`--config`, `--host`, `--port`, `--username`, `--password-file`, `--mqtt-protocol`."""
     p.add_argument("--config", metavar="PATH",
                    default=os.environ.get("EDGE_AGENT_CONFIG", DEFAULT_CONFIG),
                    help="a config naming the broker (default: $EDGE_AGENT_CONFIG, else "
@@ -46,6 +48,9 @@ def add_broker_arguments(p: Any) -> None:
     p.add_argument("--password-file", default=None, metavar="PATH",
                    help="file holding the password (default: $EDGE_AGENT_MQTT_PASSWORD, else "
                         "the config's when the user is the config's)")
+    p.add_argument("--mqtt-protocol", choices=("5", "3.1.1"), default=None,
+                   help="MQTT version (default: the config's mqtt.protocol, else 5); 3.1.1 for "
+                        "a broker without MQTT 5 (NATS, RabbitMQ before 3.13)")
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,7 @@ def broker_target(a: argparse.Namespace, cfg: Config | None, device: str,
     return MqttTarget(device_id=device, host=a.host or (m.host if m else "127.0.0.1"),
                       port=a.port or (m.port if m else 1883), username=username,
                       password=password, tls=tls, topic_prefix=prefix,
-                      protocol=m.protocol if m else "5")
+                      protocol=a.mqtt_protocol or (m.protocol if m else "5"))
 
 
 def _str(p: object) -> str | None:

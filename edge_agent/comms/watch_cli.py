@@ -2,6 +2,7 @@
 
     edge-agent watch [--config PATH] [--device ID|+] [--json] [--telemetry] [--replies]
                      [--count N] [--host H] [--port P] [--username U] [--password-file F]
+                     [--mqtt-protocol 5|3.1.1]
 
 The broker, TLS and prefix come from the config (the daemon's, by default); `--host` works
 without one. A device account may not read its own state (the documented ACL), so an operator
@@ -38,7 +39,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--replies", action="store_true", help="also print command replies")
     p.add_argument("--count", type=int, default=None, metavar="N",
                    help="exit after N messages")
-    add_broker_arguments(p)  # --config --host --port --username --password-file
+    add_broker_arguments(p)  # --config --host --port --username --password-file --mqtt-protocol
 
 
 def run(a: argparse.Namespace) -> int:
