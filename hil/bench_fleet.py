@@ -1,14 +1,18 @@
-"""Benchmark: a fleet of N real daemons behind a 3-node broker cluster (bridged Mosquittos).
+"""Benchmark: a fleet of N real daemons behind a 3-node broker cluster (bridged Mosquittos, or
+a NATS cluster with its MQTT gateway: `--cluster nats`).
 
     python -m hil.bench_fleet [--daemons 5,10,15] [--brokers 3] [--trials 15] [--period-s 1.5]
+                              [--cluster mosquitto|nats]
 
 For each N (growing; it stops growing when a fleet e-stop is missed or the fleet's own
 processes use more than --max-cpu % of all CPUs: the load average also counts other work),
 hil/fleet_proc.py starts the cluster (node 0 bridged to nodes 1 and 2; daemon i on node
-i % 3), one rig process serving N ptys and N daemons in the no-spin fleet profile. Then:
+i % 3; with `--cluster nats` three routed nats-servers, JetStream clustered, MQTT 3.1.1), one
+rig process serving N ptys and N daemons in the no-spin fleet profile. Then:
 
 - broker time (same-run baseline): an operator's publish on node 1 → a subscriber on node 2
-  (two bridge hops through node 0) and on node 1 itself, round trips, median / P99 / max;
+  (Mosquitto: two bridge hops through node 0; NATS: one route) and on node 1 itself, round
+  trips, median / P99 / max;
 - fleet e-stop fan-out, per robot: one publish on the fleet topic (node 1) per trial, then for
   every robot the first STOP frame its pty received (the rig stamps frames with the same
   monotonic clock). The broker part is measured on the same message: a probe subscribed on
@@ -40,7 +44,7 @@ from typing import Any
 from edge_agent.comms.mqtt_common import Topics
 from hil.bench_fleet_estop import cpu_s, first_stops, rss_mb
 from hil.bench_stats import fmt, ratio, stats
-from hil.fleet_proc import ROOT, Fleet, wait
+from hil.fleet_proc import KINDS, ROOT, Fleet, wait
 
 FLEET_TOPIC = Topics("edge/+").fleet_estop  # the daemons' default mqtt.fleet_topic
 ALL = Topics("edge/+")  # every robot's topics (edge_agent/comms/mqtt_common.py)
@@ -133,7 +137,7 @@ def idle_rate(fleet: Fleet, seconds: float = 5.0) -> float:
 
 def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix=f"edge-bench-fleet{n}-"))
-    with Fleet(tmp, n=n, brokers=args.brokers) as fleet:
+    with Fleet(tmp, n=n, brokers=args.brokers, kind=args.cluster) as fleet:
         fleet.start_brokers()
         fleet.start_rig(fifo=args.rig_fifo)
         up_s = fleet.start_daemons([], batch=4)
@@ -209,7 +213,8 @@ def report(r: dict[str, Any]) -> None:
     n, a = r["n"], r["agg"]
     print(f"\nN = {r['n']} daemons ({r['trials']} fleet e-stops; up in {r['up_s']:.1f} s; "
           f"load average {r['load']:.2f} on {os.cpu_count()} CPUs at the end)")
-    print("  " + fmt("broker pub→sub, 2 bridge hops (baseline)", r["far"]))
+    print("  " + fmt("broker pub→sub, node 1 → node 2 (baseline; Mosquitto: 2 bridge hops, "
+                     "NATS: 1 route)", r["far"]))
     print("  " + fmt("broker pub→sub, same node", r["near"]))
     print("  " + fmt("e-stop → STOP frame, per robot", r["per_robot"],
                      f"  (ratio of median to the 2-hop broker median: "
@@ -254,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--daemons", default="5,10,15", help="N per step, growing (comma list)")
     ap.add_argument("--brokers", type=int, default=3)
+    ap.add_argument("--cluster", choices=KINDS, default="mosquitto",
+                    help="bridged Mosquittos or a NATS cluster (MQTT gateway, 3.1.1)")
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--period-s", type=float, default=1.5)
     ap.add_argument("--settle-s", type=float, default=1.0)
@@ -262,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop growing when the fleet's own processes (daemons, rig, brokers) "
                          "use more than this %% of all CPUs")
     args = ap.parse_args(argv)
-    print(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(f"load average at the start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs; "
+          f"cluster: {args.brokers} x {args.cluster}")
     results = []
     for n in [int(x) for x in args.daemons.split(",")]:
         r = step(n, args)

@@ -9,6 +9,11 @@ device id, state dir and pty, control loops in the no-spin fleet profile).
 The cluster: node 0 bridges to nodes 1 and 2 (`topic edge/# both 1`), a star, so no message
 loops; daemon i connects to node i % brokers. Every node has the password file and the
 documented ACL (docs/mosquitto/acl) plus a `bridge` account that may read and write edge/#.
+
+`kind="nats"`: a NATS cluster instead (nats-server, every node routed to every other, JetStream
+clustered, the MQTT gateway on each node; MQTT 3.1.1, so the daemons get
+`mqtt.protocol="3.1.1"` and the operator tools `--mqtt-protocol 3.1.1`). Users with passwords,
+no per-topic permissions (not the documented ACL).
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from edge_agent.comms.mqtt_common import Topics
 ROOT = Path(__file__).resolve().parents[1]
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
+NATS_SERVER = shutil.which("nats-server") or "/usr/bin/nats-server"
+KINDS = ("mosquitto", "nats")
 OPERATOR = ("operator", "operator-pw")
 BRIDGE = ("bridge", "bridge-pw")
 
@@ -66,8 +73,12 @@ class Fleet:
     """See the module doc. Every process it starts is stopped by `close()` (or `with`)."""
 
     def __init__(self, tmp: Path, n: int, brokers: int = 1, tick_us: int = 10000,
-                 rate_hz: float = 50.0) -> None:
+                 rate_hz: float = 50.0, kind: str = "mosquitto") -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.tmp, self.n, self.tick_us, self.rate_hz = Path(tmp), n, tick_us, rate_hz
+        self.kind = kind
+        self.protocol = "3.1.1" if kind == "nats" else "5"
         self.devices = [f"robot{i:02d}" for i in range(n)]
         self.users = {d: f"{d}-pw" for d in self.devices} | dict([OPERATOR, BRIDGE])
         self.ports = [free_port() for _ in range(brokers)]
@@ -85,6 +96,40 @@ class Fleet:
 
     # -- brokers ---------------------------------------------------------------------------
     def start_brokers(self) -> None:
+        if self.kind == "nats":
+            self._start_nats()
+        else:
+            self._start_mosquittos()
+        for port in self.ports:
+            wait(lambda p=port: socket.create_connection(("127.0.0.1", p), 0.5).close() is None,
+                 20, f"{self.kind} on {port}")
+        if len(self.ports) > 1 or self.kind == "nats":
+            self._wait_bridges()
+
+    def _start_nats(self) -> None:
+        routes = [free_port() for _ in self.ports]
+        users = ", ".join(f"{{user: {json.dumps(u)}, password: {json.dumps(p)}}}"
+                          for u, p in self.users.items())
+        for node, port in enumerate(self.ports):
+            lines = [f'server_name: "fleet-n{node}"', f'listen: "127.0.0.1:{free_port()}"',
+                     f'jetstream {{ store_dir: "{self.tmp / f"js-{node}"}", '
+                     "max_memory_store: 64MB, max_file_store: 256MB }",
+                     f'mqtt {{ listen: "127.0.0.1:{port}" }}',
+                     f"authorization {{ users: [ {users} ] }}"]
+            if len(self.ports) > 1:
+                others = ", ".join(f"nats://127.0.0.1:{r}" for i, r in enumerate(routes)
+                                   if i != node)
+                lines.append(f'cluster {{ name: "edge-fleet", listen: "127.0.0.1:{routes[node]}",'
+                             f" routes: [ {others} ] }}")
+            conf = self.tmp / f"nats-{node}.conf"
+            conf.write_text("\n".join(lines) + "\n")
+            log = open(self.tmp / f"nats-{node}.log", "wb")  # noqa: SIM115 - the child's
+            proc = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=log,
+                                    stderr=subprocess.STDOUT)
+            self.brokers.append(proc)
+            self.procs.append(proc)
+
+    def _start_mosquittos(self) -> None:
         passwd = self.tmp / "passwd"
         for i, (user, pw) in enumerate(self.users.items()):
             subprocess.run([MOSQUITTO_PASSWD, "-b", *(["-c"] if i == 0 else []), str(passwd),
@@ -114,15 +159,18 @@ class Fleet:
                                     stderr=subprocess.STDOUT)
             self.brokers.append(proc)
             self.procs.append(proc)
-        for port in self.ports:
-            wait(lambda p=port: socket.create_connection(("127.0.0.1", p), 0.5).close() is None,
-                 10, f"mosquitto on {port}")
-        if len(self.ports) > 1:
-            self._wait_bridges()
 
     def _wait_bridges(self) -> None:
-        """Until a message published on each node reaches every other node."""
-        clients = [self.client(node, f"bridge-check-{node}") for node in range(len(self.ports))]
+        """Until a message published on each node reaches every other node (NATS: until its
+        JetStream cluster serves MQTT at all)."""
+        clients: list[paho.Client] = []
+
+        def connect_all() -> bool:
+            while len(clients) < len(self.ports):
+                clients.append(self.client(len(clients), f"bridge-check-{len(clients)}"))
+            return True
+
+        wait(connect_all, 60, f"MQTT on every {self.kind} node", interval=0.5)
         got: dict[int, set[str]] = {i: set() for i in range(len(clients))}
         for i, c in enumerate(clients):
             c.on_message = lambda c, u, m, i=i: got[i].add(m.payload.decode())
@@ -131,18 +179,22 @@ class Fleet:
 
         def all_seen() -> bool:
             for i, c in enumerate(clients):
+                if not c.is_connected():
+                    continue  # NATS refuses CONNECTs until its MQTT streams exist; paho retries
+                c.subscribe("edge/bridge-check/+", 1)  # again: a reconnect lost the last one
                 c.publish(f"edge/bridge-check/{i}", str(i), qos=1)
             time.sleep(0.2)
             return all(len(s) == len(clients) for s in got.values())
 
-        wait(all_seen, 20, "the broker bridges", interval=0.3)
+        wait(all_seen, 60, "the broker bridges", interval=0.3)
         for c in clients:
             c.loop_stop()
             c.disconnect()
 
     def client(self, node: int, client_id: str) -> paho.Client:
-        """A started operator client (MQTT 5, TCP_NODELAY) on `node`."""
-        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=paho.MQTTv5)
+        """A started operator client (MQTT 5, 3.1.1 on NATS; TCP_NODELAY) on `node`."""
+        proto = paho.MQTTv311 if self.protocol == "3.1.1" else paho.MQTTv5
+        c = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto)
         c.username_pw_set(*OPERATOR)
         c.on_socket_open = lambda c, u, s: s.setsockopt(socket.IPPROTO_TCP,
                                                         socket.TCP_NODELAY, 1)
@@ -156,7 +208,7 @@ class Fleet:
         pw.write_text(OPERATOR[1] + "\n")
         os.chmod(pw, 0o600)
         return ["--host", "127.0.0.1", "--port", str(self.ports[node]), "--username",
-                OPERATOR[0], "--password-file", str(pw)]
+                OPERATOR[0], "--password-file", str(pw), "--mqtt-protocol", self.protocol]
 
     # -- rig and daemons -------------------------------------------------------------------
     def start_rig(self, fifo: int = 0) -> None:
@@ -195,7 +247,8 @@ class Fleet:
                 state.mkdir(exist_ok=True)
                 sets = [f"state_dir={state}", f"device.id={d}",
                         f"mqtt.port={self.ports[i % len(self.ports)]}",
-                        f'mqtt.password="{d}-pw"', f"link.port={pty}",
+                        f'mqtt.password="{d}-pw"', f'mqtt.protocol="{self.protocol}"',
+                        f"link.port={pty}",
                         *fleet_sets(self.tick_us, self.rate_hz), *extra_sets]
                 cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
                        str(ROOT / "configs" / "sim.toml")]
