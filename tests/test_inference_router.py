@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -69,6 +70,18 @@ def test_actions_are_the_argmax_of_the_model_and_every_decision_is_recorded(good
     assert rec.backend == "local" and rec.outcome == "ok" and rec.attempts == (("local", "ok"),)
     assert rec.action == _expected(good, obs[:1])[0].name.lower()  # type: ignore[union-attr]
     assert rec.latency_s >= 0 and rec.as_dict()["latency_ms"] >= 0
+    assert json.loads(json.dumps(rec.as_dict()))["state"] == obs[0].state.value  # a plain str
+
+
+def test_scores_are_judged_one_by_one_when_their_sum_is_not_finite() -> None:
+    from edge_agent.inference.router import _action
+
+    big = 1e308  # finite, but two of them sum to inf: the fast test alone would refuse them
+    assert _action([0.0, big, big, 1.0]) is Action(1)
+    assert _action([0.0, float("nan"), 1.0, 2.0]) is None
+    assert _action([0.0, float("inf"), 1.0, 2.0]) is None
+    assert _action([0.5, 0.25, 3.0, 1.0]) is Action(2)
+    assert _action([0.5, 0.25, 3.0]) is None  # the wrong length
 
 
 def test_nan_model_falls_through_for_the_same_decision(tmp_path: Path, good: Path) -> None:

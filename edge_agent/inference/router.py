@@ -136,9 +136,10 @@ def _action(scores: list[float] | None) -> Action | None:
     wrong length."""
     if scores is None or len(scores) != _N_ACTIONS:
         return None
-    for s in scores:
-        if not _isfinite(s):
-            return None
+    if not _isfinite(sum(scores)):  # one test for the usual case; a sum can overflow, so check
+        for s in scores:             # each value before refusing
+            if not _isfinite(s):
+                return None
     return _ACTIONS[scores.index(max(scores))]
 
 
@@ -212,7 +213,8 @@ class PolicyRouter:
                                   f"decisions now from {d.backend} (was {self.backend_in_use})")
                 self.backend_in_use = d.backend
         if self._sink is not None:
-            rec = DecisionRecord(d.t0, d.obs.state.value, d.obs.vector,
+            # the state as the StrEnum member: it is its value (`.value` is a slow property)
+            rec = DecisionRecord(d.t0, d.obs.state, d.obs.vector,
                                  _LABELS[d.action] if d.action is not None else None,
                                  d.backend, latency, outcome, attempts)
             try:
