@@ -7,7 +7,7 @@ Prints median / P99 / max (µs or ms) with same-run baselines, so a loaded machi
    interleaved with a bare `session.run` on the same model and options (target P99 ≤ 3 × bare);
 2. load: a fresh interpreter from `InferenceStack.load()` (onnxruntime import, cache seed,
    session + warm-up) to the first possible decision, and that first decision;
-3. Triton loopback (--triton starts a pytriton server: .venv-triton, tests/triton_server.py;
+3. Triton loopback (--triton starts a pytriton server in .venv-triton: scripts/setup.sh --tests;
    --triton-url uses a running server): decisions through the router's worker thread vs. a bare
    tritonclient `infer` in the same run (target P99 ≤ 5 ms).
 Without --model, a deterministic test MLP is generated (needs the `onnx` package).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up on a fresh Debian machine with Python 3.11: apt packages when missing, then a
-# virtual environment in .venv with edge-agent and its test tools installed (editable).
+# virtual environment in .venv with edge-agent and its test tools installed (editable); with
+# --tests (scripts/test.sh) also .venv-triton, the tests' Triton server (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,12 +31,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # The real Triton server of the tests and benches (tests/triton_server.py) in an environment of
 # its own: pytriton pins numpy<2, the daemon runs on numpy 2 (pyproject.toml, extra
-# `triton-server`, read from there so the list lives in one place).
-if [ ! -x .venv-triton/bin/python ]; then
+# `triton-server`, read from there so the list lives in one place). Only for the tests
+# (`setup.sh --tests`, what scripts/test.sh runs): the simulated robot does not need it.
+if [ "${1:-}" = "--tests" ] && [ ! -x .venv-triton/bin/python ]; then
   python3 -m venv .venv-triton
 fi
 tstamp=.venv-triton/.edge-agent-installed
-if [ ! -f "$tstamp" ] || [ pyproject.toml -nt "$tstamp" ]; then
+if [ "${1:-}" = "--tests" ] && { [ ! -f "$tstamp" ] || [ pyproject.toml -nt "$tstamp" ]; }; then
   .venv-triton/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["triton-server"]))' > .venv-triton/requirements.txt
   .venv-triton/bin/python -m pip install -q -r .venv-triton/requirements.txt

@@ -9,9 +9,9 @@ Imported, `TritonServer` starts that script in a subprocess on free 127.0.0.1 po
 the server and the model are ready (tritonclient, with a deadline), and stops/restarts it on the
 same ports. `triton_unavailable()` says why a server cannot run here (pytest skip reason).
 The server's interpreter is $EDGE_AGENT_TRITON_PYTHON, else .venv-triton/bin/python (what
-scripts/setup.sh makes from the `triton-server` extra: pytriton needs numpy<2, the daemon runs on
-numpy 2), else the running one; LD_LIBRARY_PATH is set on that Python's own lib dir here so its
-stub finds libpython.
+`scripts/setup.sh --tests` makes from the `triton-server` extra: pytriton needs numpy<2, the
+daemon runs on numpy 2), else the running one; LD_LIBRARY_PATH is set on that Python's own lib
+dir here so its stub finds libpython.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def triton_unavailable() -> str | None:
     if probe.returncode != 0:
         tail = (probe.stderr.strip().splitlines() or ["?"])[-1]
         return (f"nvidia-pytriton is not importable by {py} ({tail}); it needs numpy<2 — run "
-                "scripts/setup.sh (it makes .venv-triton) or set EDGE_AGENT_TRITON_PYTHON to an "
-                "interpreter that has it")
+                "scripts/setup.sh --tests (it makes .venv-triton) or set "
+                "EDGE_AGENT_TRITON_PYTHON to an interpreter that has it")
     return None
 
 
