@@ -121,13 +121,7 @@ class Fleet:
                                    if i != node)
                 lines.append(f'cluster {{ name: "edge-fleet", listen: "127.0.0.1:{routes[node]}",'
                              f" routes: [ {others} ] }}")
-            conf = self.tmp / f"nats-{node}.conf"
-            conf.write_text("\n".join(lines) + "\n")
-            log = open(self.tmp / f"nats-{node}.log", "wb")  # noqa: SIM115 - the child's
-            proc = subprocess.Popen([NATS_SERVER, "-c", str(conf)], stdout=log,
-                                    stderr=subprocess.STDOUT)
-            self.brokers.append(proc)
-            self.procs.append(proc)
+            self._broker(NATS_SERVER, f"nats-{node}", lines)
 
     def _start_mosquittos(self) -> None:
         passwd = self.tmp / "passwd"
@@ -152,13 +146,16 @@ class Fleet:
                               "local_username bridge", "topic edge/# both 1",
                               "cleansession true", "try_private true",
                               "bridge_protocol_version mqttv311"]
-            conf = self.tmp / f"mosquitto-{node}.conf"
-            conf.write_text("\n".join(lines) + "\n")
-            log = open(self.tmp / f"mosquitto-{node}.log", "wb")  # noqa: SIM115 - the child's
-            proc = subprocess.Popen([MOSQUITTO, "-c", str(conf)], stdout=log,
-                                    stderr=subprocess.STDOUT)
-            self.brokers.append(proc)
-            self.procs.append(proc)
+            self._broker(MOSQUITTO, f"mosquitto-{node}", lines)
+
+    def _broker(self, binary: str, name: str, conf_lines: list[str]) -> None:
+        """Write `name`.conf, start `binary -c` on it (log: `name`.log)."""
+        conf = self.tmp / f"{name}.conf"
+        conf.write_text("\n".join(conf_lines) + "\n")
+        log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - the child's
+        proc = subprocess.Popen([binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT)
+        self.brokers.append(proc)
+        self.procs.append(proc)
 
     def _wait_bridges(self) -> None:
         """Until a message published on each node reaches every other node (NATS: until its
