@@ -3,6 +3,7 @@ files' caps and rotation, every channel's encoder against its own schema."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -91,6 +92,10 @@ def test_the_log_channel_is_foxglove_log() -> None:
     assert set(c.schema["required"]) == {"timestamp", "level", "message", "name", "file", "line"}
 
 
+def _status_at(fw_time_us: int) -> Status:
+    return dataclasses.replace(STATUS, fw_time_us=fw_time_us)
+
+
 def _feed(tap: Tap, seconds: float, hz: float = 500.0) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -117,6 +122,35 @@ def test_report_triggers_write_finished_files_capped_and_rotated(tmp_path: Path)
     assert rec.status()["rotated"] == 1
     got = read_checked(paths[2])
     assert got["counts"]["/link/status"] > 100 and got["marks"][0]["report_id"] == "r2"
+
+
+def test_a_capture_has_each_message_once(tmp_path: Path) -> None:
+    """Messages that arrive in the recorder cycle that begins a capture are in its file once
+    (the capture takes them from the ring; they were also added as new ones: every recording of
+    the 12-07 soak had one cycle's messages twice). A long period puts them in that cycle."""
+    from collections import Counter
+
+    from mcap.reader import make_reader
+
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=5.0, post_s=0.1, period_s=0.5), tap=tap)
+    rec.start()
+    paths = []
+    try:
+        for k in range(3):
+            for i in range(40):
+                tap.publish(ch.LINK_STATUS, _status_at(k * 1000 + i))
+                tap.publish(ch.EVENTS, {"type": "tick", "k": k, "i": i})
+            paths.append(rec.trigger("manual", report_id=f"r{k}", kind="estop"))
+            wait_until(lambda k=k: rec.status()["written"] == k + 1, 30, f"file {k}")
+    finally:
+        rec.stop()
+    for path in paths:
+        with path.open("rb") as f:
+            seen = Counter((c.topic, m.log_time, m.data)
+                           for _, c, m in make_reader(f).iter_messages())
+        assert sum(n for key, n in seen.items() if key[0] == ch.LINK_STATUS) >= 40
+        assert max(seen.values()) == 1, [k[:2] for k, n in seen.items() if n > 1][:5]
 
 
 def test_a_captures_backlog_is_a_long_lived_deque_reused(tmp_path: Path) -> None:

@@ -117,3 +117,25 @@ def test_frames_encode_the_same_after_the_ring() -> None:
     (back,) = ring.since(0)
     assert ch.encode(back[0], unpack(back[0], back[2]), back[1]) == \
         ch.encode(item[0], item[2], item[1])
+
+
+def test_a_captures_backlog_keeps_blocks_packed_until_written() -> None:
+    from edge_agent.observe.ring import Frames
+
+    items = _stream(2 * BLOCK_N + 30)  # two sealed blocks and a filling one
+    ring = Ring(PACKED)
+    for x in items:
+        ring.add(x, 1)
+    start = items[BLOCK_N // 2][1]  # mid first block
+    backlog = ring.backlog(start)
+    packed = [x for x in backlog if type(x[2]) is Frames]
+    assert len(packed) == 3 and len(backlog) < len(items) // 4
+    later = _stream(5, t0=items[-1][1] + 1_000_000)  # the filling block grows after it
+    for x in later:
+        ring.add(x, 1)
+    expanded: list[tuple[str, int, object]] = []
+    for x in backlog:
+        expanded.extend(x[2].items() if type(x[2]) is Frames else [x])
+    want = [x for x in items if x[1] >= start]  # nothing of `later`: the capture gets them new
+    assert sorted(expanded, key=lambda x: x[1]) == sorted(want, key=lambda x: x[1])
+    assert [x[1] for x in backlog] == sorted(x[1] for x in backlog)

@@ -42,7 +42,7 @@ from edge_agent.observe.capture import PACKED, Capture, pack, rotate, unpack
 from edge_agent.observe.capture import (
     RecorderSettings as RecorderSettings,
 )
-from edge_agent.observe.ring import Ring
+from edge_agent.observe.ring import Frames, Ring
 from edge_agent.observe.tap import TAP, Item, Tap
 
 if TYPE_CHECKING:
@@ -198,6 +198,9 @@ class Recorder:
 
     def _cycle(self, *, final: bool = False) -> None:
         fresh = self._take()
+        # a capture begun by this cycle's requests takes the ring, `fresh` included: only the
+        # ones open before get `fresh` below (each recording had one cycle's messages twice)
+        had = {id(c) for c in self._open}
         while True:
             try:
                 what, arg = self._requests.get_nowait()
@@ -207,7 +210,8 @@ class Recorder:
         now = time.time_ns()
         final_by = time.monotonic() + FINAL_S
         for c in list(self._open):
-            c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
+            if id(c) in had:
+                c.pending.extend(x for x in fresh if x[1] >= c.start_ns)
             if len(c.pending) > MAX_PENDING:
                 self._shed(c)
             end = self._end_of(c)
@@ -279,6 +283,9 @@ class Recorder:
             if pending[0][1] > end:
                 break  # after the capture's end (for now: a later report may extend it)
             topic, t, payload = pending.popleft()
+            if type(payload) is Frames:  # a block of the ring's: its frames go first
+                pending.extendleft(reversed(payload.items()))
+                continue
             try:
                 data = ch.encode(topic, unpack(topic, payload), t)
             except Exception:
@@ -333,7 +340,7 @@ class Recorder:
         self._write(c, c.trigger_ns, ch.RECORDER, ch.encode(ch.RECORDER, c.mark, c.trigger_ns))
         backlog = self._backlogs.pop() if self._backlogs else deque()
         backlog.extend(c.pending)  # nothing yet, as a rule
-        backlog.extend(self._ring.since(c.start_ns))
+        backlog.extend(self._ring.backlog(c.start_ns))
         c.pending = backlog
         _log.info("recording_started", path=str(c.path), reason=c.mark["reason"])
 

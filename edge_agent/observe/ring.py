@@ -6,11 +6,12 @@ packed wire body) — about 350 bytes of heap for 100 bytes of frame. Here they 
 instead: BLOCK_N frames of one topic as one `array('q')` of times and one lz4-compressed bytes
 object of their bodies (each length-prefixed). A block is compressed when it is full (one
 `lz4.block.compress` of ~25 KB every quarter second at 1 kHz) and expanded only when a capture
-begins and takes the ring (`since`). Anything else (events, decisions, snapshots) is kept as the
-tap published it.
+writes it: a capture's backlog (`backlog`) holds one `Frames` item per block, which the
+recorder unpacks when it reaches it, so a capture beginning does not double the ring's memory.
+Anything else (events, decisions, snapshots) is kept as the tap published it.
 
-Order: `since` returns items sorted by time; a block is one ring entry placed where its first
-frame arrived, so the other topics' items of the same quarter second sit after it in the ring.
+Order: `backlog` and `since` sort by time, a block by its first frame taken: the other topics'
+items of its quarter second come after its frames in a file (MCAP readers order by log time).
 Trimming goes by each entry's newest time (a block leaves when its last frame is too old).
 
 Single-threaded: the recorder's thread only (its `status()` reads `messages` and `bytes`, two
@@ -20,6 +21,7 @@ ints).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterator
 from operator import itemgetter
@@ -57,7 +59,18 @@ class Block:
         self.sealed = True
         return True
 
-    def items(self) -> Iterator[Item]:
+    def frozen(self) -> Block:
+        """This block as it is now (a filling one goes on growing; a capture takes a copy)."""
+        if self.sealed:
+            return self
+        copy = Block(self.topic)
+        copy.times = array("q", self.times)
+        copy.data = bytes(self.data)
+        copy.est = self.est
+        return copy
+
+    def items(self, since_ns: int = 0) -> Iterator[Item]:
+        """Its frames at or after `since_ns`, in order."""
         data = self.data
         if self.sealed:
             import lz4.block
@@ -69,8 +82,23 @@ class Block:
         for t in self.times:
             n = int.from_bytes(view[pos:pos + _LEN], "little")
             pos += _LEN
-            yield (topic, t, bytes(view[pos:pos + n]))
+            if t >= since_ns:
+                yield (topic, t, bytes(view[pos:pos + n]))
             pos += n
+
+
+class Frames:
+    """A capture's backlog item standing for a block's frames from `since_ns` on: expanded when
+    the capture writes it (`items()`), so a capture beginning does not unpack the whole ring."""
+
+    __slots__ = ("block", "since_ns")
+
+    def __init__(self, block: Block, since_ns: int) -> None:
+        self.block = block
+        self.since_ns = since_ns
+
+    def items(self) -> list[Item]:
+        return list(self.block.items(self.since_ns))
 
 
 class Ring:
@@ -116,14 +144,28 @@ class Ring:
             self.messages -= n
             self.bytes -= est
 
-    def since(self, start_ns: int) -> list[Item]:
-        """Every message at or after `start_ns`, blocks expanded, sorted by time."""
+    def backlog(self, start_ns: int) -> list[Item]:
+        """Every message at or after `start_ns`, sorted by time, a block's frames still packed:
+        one item (topic, time of its first frame taken, `Frames`) per block."""
         out: list[Item] = []
         for entry, _ in self._entries:
             if isinstance(entry, Block):
-                if entry.times[-1] >= start_ns:
-                    out.extend(x for x in entry.items() if x[1] >= start_ns)
+                times = entry.times
+                if times[-1] >= start_ns:
+                    first = times[bisect_left(times, start_ns)]
+                    out.append((entry.topic, first, Frames(entry.frozen(), start_ns)))
             elif entry[1] >= start_ns:
                 out.append(entry)
+        out.sort(key=itemgetter(1))
+        return out
+
+    def since(self, start_ns: int) -> list[Item]:
+        """Every message at or after `start_ns`, blocks expanded, sorted by time."""
+        out: list[Item] = []
+        for item in self.backlog(start_ns):
+            if type(item[2]) is Frames:
+                out.extend(item[2].items())
+            else:
+                out.append(item)
         out.sort(key=itemgetter(1))
         return out
