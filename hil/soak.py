@@ -40,7 +40,7 @@ from hil.daemon_proc import ROOT, Control, request, start_sim_daemon, stop_daemo
 from hil.degraded_faults import storm_rig_config
 from hil.soak_faults import BY_NAME, CATALOGUE, OperatorHands, SoakFault
 from hil.soak_ops import DEVICE, DEVICE_PW, LogFollower, Operator, persistent_broker
-from hil.soak_result import collect, finish
+from hil.soak_result import collect, commit_now, finish
 from hil.soak_sample import Sampler, pid_with
 from hil.soak_verdict import OUTCOMES
 from hil.webhook_receiver import Receiver
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             f'sim.rig_config="{storm_rig_config(a.out / "rig-storm.toml", 0.5)}"', *a.set]
     load0 = os.getloadavg()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    commit = commit_now()
     proc = start_sim_daemon(state, sets)
     ctl = Control(state)
     log = LogFollower(state / "daemon.log")
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     log.poll()
     assert soak is not None and sampler is not None
     result = collect(a, soak.counts, sampler, log, op, recv, sorted(disk_ids), final_status,
-                     proc.pid, exit_code, started, load0)
+                     proc.pid, exit_code, started, load0, commit)
     return finish(a, result)
 
 

@@ -22,12 +22,21 @@ from hil.soak_verdict import markdown, verdicts
 from hil.webhook_receiver import Receiver
 
 
+def commit_now() -> str:
+    """The checkout's commit, `-dirty` when it has uncommitted changes: what the daemon started
+    from (taken at the start: a long soak outlives the commits made meanwhile)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, text=True, capture_output=True,
+                              check=False).stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "edge_agent", "hil")
+    return git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
+
+
 def collect(a: argparse.Namespace, counts: dict[str, Any], sampler: Sampler, log: LogFollower,
             op: Operator, recv: Receiver, disk_ids: list[str], st: dict[str, Any], pid: int,
-            exit_code: int | None, started: str, load0: tuple[float, float, float]
-            ) -> dict[str, Any]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True, check=False).stdout.strip()
+            exit_code: int | None, started: str, load0: tuple[float, float, float],
+            commit: str) -> dict[str, Any]:
     cpu = ""
     with contextlib.suppress(OSError, StopIteration):
         cpu = next(ln.split(":", 1)[1].strip() for ln in
