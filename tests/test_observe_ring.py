@@ -139,3 +139,20 @@ def test_a_captures_backlog_keeps_blocks_packed_until_written() -> None:
     want = [x for x in items if x[1] >= start]  # nothing of `later`: the capture gets them new
     assert sorted(expanded, key=lambda x: x[1]) == sorted(want, key=lambda x: x[1])
     assert [x[1] for x in backlog] == sorted(x[1] for x in backlog)
+
+
+def test_a_rare_topic_does_not_hold_the_ring_back() -> None:
+    """A block is one ring entry at its first frame: one of a topic that sends once a second
+    must not stay open for minutes, or trimming stops at it (the ring grew past its seconds)."""
+    ring = Ring(PACKED)
+    t0 = 10 * _NS
+    for i in range(30_000):  # 30 s of 1 kHz STATUS, an RX frame every second
+        t = t0 + i * 1_000_000
+        ring.add(pack((ch.LINK_STATUS, t, _status(i % 50))), 1)
+        if i % 1000 == 0:
+            ring.add(pack((ch.LINK_RX, t + 1, _status(i % 50))), 1)
+        if i % 50 == 0:
+            ring.trim(t - 5 * _NS, 1 << 40)  # as the recorder does: the last 5 s
+    assert 5_000 <= ring.messages <= 5_000 + BLOCK_N + 10, ring.messages
+    kept = ring.since(0)
+    assert min(x[1] for x in kept) >= t0 + 25 * _NS - 300_000_000

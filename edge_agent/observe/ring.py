@@ -3,8 +3,9 @@
 Most of what it holds is received link frames (`/link/status` at 1 kHz): ~20,000 of the ~23,000
 messages of a 15 s ring (+ the recorder's margin). Each was one Python tuple of (topic, time,
 packed wire body) — about 350 bytes of heap for 100 bytes of frame. Here they go into blocks
-instead: BLOCK_N frames of one topic as one `array('q')` of times and one lz4-compressed bytes
-object of their bodies (each length-prefixed). A block is compressed when it is full (one
+instead: up to BLOCK_N frames of one topic within BLOCK_SPAN_NS as one `array('q')` of times and
+one lz4-compressed bytes object of their bodies (each length-prefixed). A block is compressed
+when it is full or its span is over (one
 `lz4.block.compress` of ~25 KB every quarter second at 1 kHz) and expanded only when a capture
 writes it: a capture's backlog (`backlog`) holds one `Frames` item per block, which the
 recorder unpacks when it reaches it, so a capture beginning does not double the ring's memory.
@@ -29,6 +30,9 @@ from operator import itemgetter
 from edge_agent.observe.tap import Item
 
 BLOCK_N = 256  # frames per block: a quarter second of 1 kHz STATUS
+# ... and at most this span: a block is one ring entry placed at its first frame, so a topic
+# that sends rarely must not keep one open (trimming stops at the first entry still recent)
+BLOCK_SPAN_NS = 250_000_000
 _LEN = 2  # bytes of the length prefix of each body (a frame body is < 64 KiB: docs/PROTOCOL.md)
 
 
@@ -53,11 +57,15 @@ class Block:
         data += body
         if len(self.times) < BLOCK_N:
             return False
+        self.seal()
+        return True
+
+    def seal(self) -> None:
+        """Compress it; nothing more can be added."""
         import lz4.block  # the recorder imported mcap (and lz4) at its start
 
-        self.data = lz4.block.compress(bytes(data), store_size=True)
+        self.data = lz4.block.compress(bytes(self.data), store_size=True)
         self.sealed = True
-        return True
 
     def frozen(self) -> Block:
         """This block as it is now (a filling one goes on growing; a capture takes a copy)."""
@@ -117,6 +125,10 @@ class Ring:
         self.bytes += est
         if topic in self._packed and type(payload) is bytes and len(payload) < 1 << 16:
             block = self._filling.get(topic)
+            if block is not None and t - block.times[0] > BLOCK_SPAN_NS:
+                block.seal()
+                del self._filling[topic]
+                block = None
             if block is None:
                 block = self._filling[topic] = Block(topic)
                 self._entries.append((block, 0))
