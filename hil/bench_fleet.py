@@ -101,7 +101,8 @@ def aggregation(fleet: Fleet) -> dict[str, float]:
 
     n = fleet.n
     t0 = time.monotonic()
-    bus = FleetBus(MqttTarget("+", "127.0.0.1", fleet.ports[0], "operator", "operator-pw"))
+    bus = FleetBus(MqttTarget("+", "127.0.0.1", fleet.ports[0], "operator", "operator-pw",
+                              protocol=fleet.protocol))
     bus.start()
     try:
         wait(lambda: sum(bool(r.status and r.state) for r in bus.snapshot()) >= n, 30,
