@@ -5,10 +5,10 @@ messages of a 15 s ring (+ the recorder's margin). Each was one Python tuple of 
 packed wire body) — about 350 bytes of heap for 100 bytes of frame. Here they go into blocks
 instead: up to BLOCK_N frames of one topic within BLOCK_SPAN_NS as one `array('q')` of times and
 one lz4-compressed bytes object of their bodies (each length-prefixed). A block is compressed
-when it is full or its span is over (one
-`lz4.block.compress` of ~25 KB every quarter second at 1 kHz) and expanded only when a capture
-writes it: a capture's backlog (`backlog`) holds one `Frames` item per block, which the
-recorder unpacks when it reaches it, so a capture beginning does not double the ring's memory.
+when it is full or its span is over (one `lz4.block.compress` of ~25 KB every quarter second
+at 1 kHz) and expanded only when a capture writes it: a capture's backlog (`backlog`) holds one
+`Frames` item per block, which the recorder unpacks when it reaches it, so a capture beginning
+does not double the ring's memory.
 Anything else (events, decisions, snapshots) is kept as the tap published it.
 
 Order: `backlog` and `since` sort by time, a block by its first frame taken: the other topics'
