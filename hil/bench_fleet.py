@@ -218,7 +218,7 @@ def report(r: dict[str, Any]) -> None:
                      "NATS: 1 route)", r["far"]))
     print("  " + fmt("broker pub→sub, same node", r["near"]))
     print("  " + fmt("e-stop → STOP frame, per robot", r["per_robot"],
-                     f"  (ratio of median to the 2-hop broker median: "
+                     f"  (ratio of median to the node 1 → node 2 broker median: "
                      f"{ratio(r['per_robot'], r['far'], 'p50')})"))
     print("  " + fmt("  of which broker (publish → the robot's node)", r["broker"]))
     print("  " + fmt("  of which daemon reaction (node → STOP frame)", r["react"]))
