@@ -52,3 +52,25 @@ def test_load_is_what_imports_onnxruntime(tmp_path: Path) -> None:
             "assert 'onnxruntime' not in sys.modules\n"
             "assert b.load() and b.ready()\n")
     assert "onnxruntime" in _imported_after(code)
+
+
+def test_load_imports_numpy_before_the_remote_worker_starts(tmp_path: Path) -> None:
+    """The remote worker imports tritonclient (numpy) on its thread while load() imports
+    onnxruntime (numpy) on its own: numpy 2 imported by two threads at once fails in one, and
+    then no model backend loads (1 daemon start in 4 here). numpy must come first, alone."""
+    from inference_models import make_policy
+
+    model = make_policy(tmp_path)
+    code = ("from pathlib import Path\n"
+            "from edge_agent.inference.assembly import InferenceSettings, InferenceStack\n"
+            f"s = InferenceStack(InferenceSettings(model=Path({str(model)!r}), "
+            f"cache_dir=Path({str(tmp_path / 'models')!r}), triton_url='127.0.0.1:1'))\n"
+            "seen = []\n"
+            "start = s.remote.start\n"
+            "s.remote.start = lambda: (seen.append('numpy' in sys.modules), start())\n"
+            "assert 'numpy' not in sys.modules\n"
+            "s.load()\n"
+            "assert seen == [True], seen\n"
+            "assert s.local.ready()\n"
+            "s.router.stop()\n")
+    assert "numpy" in _imported_after(code)

@@ -301,7 +301,16 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
         def preferred() -> Any:
             return (d.socket_cmd("status")["result"]["inference"] or {}).get("preferred_ready")
 
-        wait_until(lambda: preferred() == "triton", 60, "triton ready")
+        def triton_ready(within: float, what: str) -> None:
+            try:
+                wait_until(lambda: preferred() == "triton", within, what, interval=0.1)
+            except AssertionError as e:  # a CI failure says what the backend saw
+                st = d.socket_cmd("status")["result"]
+                raise AssertionError(f"{e}\nbackends: {(st['inference'] or {}).get('backends')}"
+                                     f"\nstart-up: {st.get('background')}\n"
+                                     f"triton log:\n{server.log_tail()}") from None
+
+        triton_ready(60, "triton ready")
         r = d.socket_cmd("failure.inject", {"target": "triton", "mode": "down"})
         assert not r["ok"] and "needs duration_s" in r["error"]["message"], r
         r = d.socket_cmd("failure.inject", {"target": "triton", "mode": "down",
@@ -314,7 +323,7 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
         # 20 ms deadline just before it; either is the remote policy lost)
         assert any("injected outage" in e["cause"] or "deadline" in e["cause"]
                    for e in mode_events("degraded")), mode_events("degraded")
-        wait_until(lambda: preferred() == "triton", 60, "triton back after 3 s")
+        triton_ready(60, "triton back after 3 s")
         wait_until(lambda: bool(mode_events("recovered")), 30, "remote_policy_lost left")
         r = d.socket_cmd("failure.inject", {"target": "gpu", "mode": "fail", "duration_s": 5})
         assert not r["ok"] and r["error"]["code"] == "refused", r

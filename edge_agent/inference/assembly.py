@@ -126,6 +126,12 @@ class InferenceStack:
     def load(self) -> None:
         """Blocking: remote worker, cache seed, local + cached sessions. Background only."""
         t0 = time.perf_counter()
+        # numpy once, here, before the remote worker's thread imports tritonclient while this
+        # one imports onnxruntime: numpy 2 imported by two threads at once fails in one of them
+        # ("partially initialized module 'numpy._core._multiarray_umath'"), and neither
+        # backend can load after that (seen in 1 daemon start of 4 on this 2-core VM)
+        import numpy  # noqa: F401
+
         if self.remote is not None:
             self.remote.start()
         if self.cache is not None and self.settings.model is not None:
