@@ -24,6 +24,7 @@ from edge_agent.link.messages import (
 )
 from edge_agent.observe import channels as ch
 from edge_agent.observe.recorder import Recorder, RecorderSettings
+from edge_agent.observe.ring import Frames
 from edge_agent.observe.tap import Tap
 
 STATUS = Status(12345, StatusFlag(0), 7, (0.1, -0.2, 0.3), (0.0,) * 3, (1.5, float("nan"), 0.0),
@@ -209,7 +210,10 @@ def test_link_frames_wait_packed_and_are_written_as_on_the_wire(tmp_path: Path) 
         tap.publish(ch.LINK_RX, gstate)
         tap.publish(ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))  # sent: f64, packed as f32
         wait_until(lambda: rec.status()["ring_messages"] == 3, 30, "three in the ring")
-        assert {type(item[2]) for item in rec._ring.since(0)} == {bytes}
+        kept = rec._ring.backlog(0)  # one block of each link topic, its frame packed
+        assert {type(item[2]) for item in kept} == {Frames}
+        assert {type(x[2]) for item in kept if isinstance(item[2], Frames)
+                for x in item[2].items()} == {bytes}
         path = rec.trigger("manual")
         wait_until(lambda: rec.status()["written"] == 1, 30, "written")
     finally:

@@ -10,7 +10,7 @@ import random
 from edge_agent.link.codec import Status, StatusFlag
 from edge_agent.observe import channels as ch
 from edge_agent.observe.capture import PACKED, pack, unpack
-from edge_agent.observe.ring import BLOCK_N, Block, Ring
+from edge_agent.observe.ring import BLOCK_N, Block, Frames, Ring
 
 _NS = 1_000_000_000
 
@@ -37,6 +37,15 @@ def _stream(n: int, t0: int = 10 * _NS) -> list[tuple[str, int, object]]:
     return out
 
 
+def expanded(ring: Ring, start_ns: int = 0) -> list[tuple[str, int, object]]:
+    """Every message of the ring at or after `start_ns`, its blocks unpacked, sorted by time:
+    what a capture begun then writes."""
+    out: list[tuple[str, int, object]] = []
+    for item in ring.backlog(start_ns):
+        out.extend(item[2].items() if isinstance(item[2], Frames) else [item])
+    return sorted(out, key=lambda x: x[1])
+
+
 def test_status_frames_round_trip_through_sealed_and_filling_blocks() -> None:
     items = _stream(3 * BLOCK_N + 17)  # three sealed blocks and one still filling
     assert all(type(x[2]) is bytes for x in items if x[0] == ch.LINK_STATUS)
@@ -44,7 +53,7 @@ def test_status_frames_round_trip_through_sealed_and_filling_blocks() -> None:
     for x in items:
         ring.add(x, 100)
     assert ring.messages == len(items) and ring.bytes == 100 * len(items)
-    back = ring.since(0)
+    back = expanded(ring)
     assert back == sorted(items, key=lambda x: x[1])  # every message, byte for byte, in order
     first = next(x for x in back if x[0] == ch.LINK_STATUS)
     assert unpack(first[0], first[2]) == _status(0)  # and the capture parses it back
@@ -63,13 +72,13 @@ def test_a_full_block_is_compressed() -> None:
     assert [x[1] for x in block.items()] == list(range(BLOCK_N))
 
 
-def test_since_takes_only_what_is_recent_enough() -> None:
+def test_a_backlog_takes_only_what_is_recent_enough() -> None:
     items = _stream(1000)
     ring = Ring(PACKED)
     for x in items:
         ring.add(x, 1)
     start = items[0][1] + 600 * 1_000_000 + 500  # mid-block
-    got = ring.since(start)
+    got = expanded(ring, start)
     assert got == sorted((x for x in items if x[1] >= start), key=lambda x: x[1])
 
 
@@ -80,7 +89,7 @@ def test_trim_by_time_drops_whole_old_blocks_and_keeps_the_count() -> None:
         ring.add(x, 10)
     cut = items[-1][1] - _NS + 1  # keep the last second
     ring.trim(cut, 1 << 40)
-    kept = ring.since(0)
+    kept = expanded(ring)
     assert ring.messages == len(kept) and ring.bytes == 10 * len(kept)
     # all of the last second is there; older frames only in a block that reaches into it (a
     # block leaves when its newest frame is too old), so at most one block's span older
@@ -95,26 +104,26 @@ def test_trim_by_bytes_and_an_emptied_ring_starts_again() -> None:
     for x in _stream(BLOCK_N + 10):
         ring.add(x, 50)
     ring.trim(0, 0)  # over any byte bound: everything goes, the filling block too
-    assert ring.messages == 0 and ring.bytes == 0 and ring.since(0) == []
+    assert ring.messages == 0 and ring.bytes == 0 and expanded(ring) == []
     again = _stream(5, t0=100 * _NS)
     for x in again:
         ring.add(x, 50)
-    assert ring.since(0) == again
+    assert expanded(ring) == again
 
 
 def test_unpacked_payloads_of_a_packed_topic_are_kept_as_they_are() -> None:
     ring = Ring(PACKED)
     odd = (ch.LINK_STATUS, 5, {"not": "a frame"})  # what pack() leaves when it cannot pack
     ring.add(odd, 1)
-    assert ring.since(0) == [odd]
+    assert expanded(ring) == [odd]
 
 
 def test_frames_encode_the_same_after_the_ring() -> None:
-    # the capture encodes what since() returns: the same JSON as straight from the tap
+    # the capture encodes what the backlog unpacks to: the same JSON as straight from the tap
     item = (ch.LINK_STATUS, 7 * _NS, _status(3))
     ring = Ring(PACKED)
     ring.add(pack(item), 1)
-    (back,) = ring.since(0)
+    (back,) = expanded(ring)
     assert ch.encode(back[0], unpack(back[0], back[2]), back[1]) == \
         ch.encode(item[0], item[2], item[1])
 
@@ -154,5 +163,5 @@ def test_a_rare_topic_does_not_hold_the_ring_back() -> None:
         if i % 50 == 0:
             ring.trim(t - 5 * _NS, 1 << 40)  # as the recorder does: the last 5 s
     assert 5_000 <= ring.messages <= 5_000 + BLOCK_N + 10, ring.messages
-    kept = ring.since(0)
+    kept = expanded(ring)
     assert min(x[1] for x in kept) >= t0 + 25 * _NS - 300_000_000

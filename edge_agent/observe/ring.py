@@ -11,7 +11,7 @@ at 1 kHz) and expanded only when a capture writes it: a capture's backlog (`back
 does not double the ring's memory.
 Anything else (events, decisions, snapshots) is kept as the tap published it.
 
-Order: `backlog` and `since` sort by time, a block by its first frame taken: the other topics'
+Order: `backlog` sorts by time, a block by its first frame taken: the other topics'
 items of its quarter second come after its frames in a file (MCAP readers order by log time).
 Trimming goes by each entry's newest time (a block leaves when its last frame is too old).
 
@@ -112,7 +112,8 @@ class Frames:
 class Ring:
     def __init__(self, packed: frozenset[str]) -> None:
         self._packed = packed
-        self._entries: deque[tuple[Item | Block, int]] = deque()  # (item or block, its bytes)
+        # a block (its bytes: `Block.est`) or (an item, its bytes)
+        self._entries: deque[Block | tuple[Item, int]] = deque()
         self._filling: dict[str, Block] = {}  # per packed topic: the block not full yet
         self.messages = 0
         self.bytes = 0
@@ -131,7 +132,7 @@ class Ring:
                 block = None
             if block is None:
                 block = self._filling[topic] = Block(topic)
-                self._entries.append((block, 0))
+                self._entries.append(block)
             block.est += est
             if block.add(t, payload):
                 del self._filling[topic]
@@ -143,11 +144,11 @@ class Ring:
         is over `max_bytes`."""
         entries = self._entries
         while entries:
-            head, est = entries[0]
+            head = entries[0]
             if isinstance(head, Block):
                 newest, n, est = head.times[-1], len(head.times), head.est
             else:
-                newest, n = head[1], 1
+                newest, n, est = head[0][1], 1, head[1]
             if newest >= oldest_ns and self.bytes <= max_bytes:
                 return
             entries.popleft()
@@ -160,24 +161,13 @@ class Ring:
         """Every message at or after `start_ns`, sorted by time, a block's frames still packed:
         one item (topic, time of its first frame taken, `Frames`) per block."""
         out: list[Item] = []
-        for entry, _ in self._entries:
+        for entry in self._entries:
             if isinstance(entry, Block):
                 times = entry.times
                 if times[-1] >= start_ns:
                     first = times[bisect_left(times, start_ns)]
                     out.append((entry.topic, first, Frames(entry.frozen(), start_ns)))
-            elif entry[1] >= start_ns:
-                out.append(entry)
-        out.sort(key=itemgetter(1))
-        return out
-
-    def since(self, start_ns: int) -> list[Item]:
-        """Every message at or after `start_ns`, blocks expanded, sorted by time."""
-        out: list[Item] = []
-        for item in self.backlog(start_ns):
-            if type(item[2]) is Frames:
-                out.extend(item[2].items())
-            else:
-                out.append(item)
+            elif entry[0][1] >= start_ns:
+                out.append(entry[0])
         out.sort(key=itemgetter(1))
         return out
