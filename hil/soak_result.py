@@ -44,7 +44,10 @@ def collect(a: argparse.Namespace, counts: dict[str, Any], sampler: Sampler, log
     return {
         "command": " ".join(["python -m hil.soak", *sys.argv[1:]]),
         "minutes": a.minutes, "seed": a.seed, "interval_s": a.interval_s,
-        "warmup_s": a.warmup_min * 60, "started_utc": started, "commit": commit,
+        # growth after the first minutes and every fault kind's first time (Soak.deck)
+        "warmup_s": max(a.warmup_min * 60, counts.get("every_kind_s") or 0.0),
+        "warmup_min_s": a.warmup_min * 60, "every_kind_s": counts.get("every_kind_s"),
+        "started_utc": started, "commit": commit,
         "machine": f"{os.cpu_count()} CPUs ({cpu}), {os.uname().release}",
         "load_at_start": load0, "load_at_end": os.getloadavg(),
         "daemon": {"pid": pid, "pid_unchanged": all(

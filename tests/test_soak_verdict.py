@@ -86,3 +86,22 @@ def test_each_failure_is_named() -> None:
     assert "12.0 MB/h" in failed["daemon RSS slope after warm-up ≤ 1 MB/h"]
     assert "journal 20000 B > 10000 B" in failed["disk use bounded by its caps"]
     assert "(FAIL)" in markdown(copy.deepcopy(res))
+
+
+def test_growth_after_every_fault_kind_ran_once_and_the_early_slope_beside_it() -> None:
+    # a step at the first time of some fault (20 min), flat after every kind ran once (25 min)
+    res = _result([95.0, 100.0, 100.1, 104.0, 104.1, 104.0, 104.1])
+    res.update(warmup_s=1500.0, warmup_min_s=300.0, every_kind_s=1500.0)
+    v = {x["name"]: x for x in verdicts(res)}
+    rss = v["daemon RSS slope after warm-up ≤ 1 MB/h"]
+    assert rss["ok"], rss
+    assert rss["detail"].startswith("0.12 MB/h (104.0 → 104.1 MB)"), rss
+    # ... and the slope with the first faults in it is stated, not hidden
+    assert "after the first 5 minutes only (each fault kind's first time included): 5.54 MB/h" \
+        in rss["detail"], rss
+    md = markdown({**res, "verdicts": list(v.values())})
+    assert ("growth is measured after 25.0 minutes: the first 5, and until every fault kind "
+            "had run once at 25.0 min") in md
+    res.update(warmup_s=300.0, every_kind_s=None)  # a short run: not every kind ran
+    assert ("growth is measured after the first 5 minutes (not every fault kind ran: a short "
+            "run)") in markdown(res)
