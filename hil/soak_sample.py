@@ -18,7 +18,8 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def proc_sample(pid: int) -> dict[str, Any] | None:
-    """{pid, rss_bytes, threads, fds, cpu_s} of one process; None if it is gone."""
+    """{pid, rss_bytes (and its anonymous and file-backed parts), threads, fds, cpu_s} of one
+    process; None if it is gone."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -28,7 +29,11 @@ def proc_sample(pid: int) -> dict[str, Any] | None:
     fields = {k: v.strip() for k, _, v in (ln.partition(":") for ln in status.splitlines())}
     after = stat[stat.rfind(")") + 2:].split()  # fields from the 3rd (state) on
     utime, stime = int(after[11]), int(after[12])
-    return {"pid": pid, "rss_bytes": int(fields.get("VmRSS", "0 kB").split()[0]) * 1024,
+    def kb(key: str) -> int:
+        return int(fields.get(key, "0 kB").split()[0]) * 1024
+
+    return {"pid": pid, "rss_bytes": kb("VmRSS"), "rss_anon_bytes": kb("RssAnon"),
+            "rss_file_bytes": kb("RssFile"),
             "threads": int(fields.get("Threads", "0")), "fds": fds,
             "cpu_s": round((utime + stime) / _TICK, 2)}
 

@@ -73,6 +73,9 @@ def growth(result: dict[str, Any], since_s: float | None = None) -> dict[str, di
         thr, fds = series(samples, role, "threads"), series(samples, role, "fds")
         cpu = series(result["samples"], role, "cpu_s")
         slope = slope_per_hour([(t, y / MB) for t, y in rss])
+        parts = {k: slope_per_hour([(t, y / MB) for t, y in
+                                    series(samples, role, f"rss_{k}_bytes")])
+                 for k in ("anon", "file")}
         pids = sorted({s["procs"][role]["pid"] for s in result["samples"] if role in s["procs"]})
         out[role] = {
             "pids": pids,
@@ -80,12 +83,22 @@ def growth(result: dict[str, Any], since_s: float | None = None) -> dict[str, di
             "rss_last_mb": round(rss[-1][1] / MB, 1) if rss else None,
             "rss_max_mb": round(max(y for _, y in rss) / MB, 1) if rss else None,
             "rss_slope_mb_per_h": None if slope is None else round(slope, 2),
+            # the heap (anonymous) and the mapped files (libraries: the kernel may drop and
+            # re-read their pages), when the samples have them
+            **{f"rss_{k}_slope_mb_per_h": round(v, 2) for k, v in parts.items() if v is not None},
             "threads": flat(thr, THREADS_TOLERANCE), "fds": flat(fds, FDS_TOLERANCE),
             "cpu_s": round(cpu[-1][1] - cpu[0][1], 1) if len(cpu) > 1 else None,
             "cpu_pct": (round(100 * (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]), 1)
                         if len(cpu) > 1 and cpu[-1][0] > cpu[0][0] else None),
         }
     return out
+
+
+def _rss_parts(g: dict[str, Any]) -> str:
+    anon, file = g.get("rss_anon_slope_mb_per_h"), g.get("rss_file_slope_mb_per_h")
+    if anon is None or file is None:
+        return ""
+    return f", of which anonymous (the heap) {anon} MB/h, file-backed {file} MB/h"
 
 
 def _early_slope(result: dict[str, Any]) -> str:
@@ -145,7 +158,7 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
             add("daemon RSS slope after warm-up ≤ 1 MB/h",
                 s is not None and s <= RSS_TARGET_MB_PER_H,
                 f"{s} MB/h ({g[role]['rss_first_mb']} → {g[role]['rss_last_mb']} MB)"
-                + _early_slope(result))
+                + _rss_parts(g[role]) + _early_slope(result))
         thr_ok, thr = g[role]["threads"]
         fds_ok, fds = g[role]["fds"]
         add(f"{role} threads and fds flat", thr_ok and fds_ok, f"threads {thr}; fds {fds}")

@@ -105,3 +105,13 @@ def test_growth_after_every_fault_kind_ran_once_and_the_early_slope_beside_it() 
     res.update(warmup_s=300.0, every_kind_s=None)  # a short run: not every kind ran
     assert ("growth is measured after the first 5 minutes (not every fault kind ran: a short "
             "run)") in markdown(res)
+
+
+def test_the_rss_slope_is_split_into_heap_and_mapped_files_when_sampled() -> None:
+    res = _result([95.0, 100.0, 101.0, 102.0, 103.0, 104.0, 105.0])  # 6 MB/h
+    for s in res["samples"]:  # all of it in the file-backed pages: libraries read back in
+        d = s["procs"]["daemon"]
+        d["rss_anon_bytes"], d["rss_file_bytes"] = 50 * MB, d["rss_bytes"] - 50 * MB
+    rss = {x["name"]: x for x in verdicts(res)}["daemon RSS slope after warm-up ≤ 1 MB/h"]
+    assert not rss["ok"]
+    assert ", of which anonymous (the heap) 0.0 MB/h, file-backed 6.0 MB/h" in rss["detail"], rss
