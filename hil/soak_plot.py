@@ -23,7 +23,11 @@ def plot_all(result: dict[str, Any], out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 4))
     for role in roles:
         pts = series(samples, role, "rss_bytes")
-        ax.plot([t / 60 for t, _ in pts], [y / MB for _, y in pts], label=role)
+        line, = ax.plot([t / 60 for t, _ in pts], [y / MB for _, y in pts], label=role)
+        anon = series(samples, role, "rss_anon_bytes") if role == "daemon" else []
+        if anon:  # its heap: the rest is mapped files (libraries)
+            ax.plot([t / 60 for t, _ in anon], [y / MB for _, y in anon], ls="--", lw=1,
+                    color=line.get_color(), label="daemon: anonymous (heap)")
     ax.axvline(warm, color="grey", ls=":", lw=1, label="end of warm-up")
     ax.set(xlabel="minutes since READY", ylabel="RSS (MiB)",
            title=f"hil.soak {result['minutes']:g} min: resident memory per process")
