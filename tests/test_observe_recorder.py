@@ -231,6 +231,46 @@ def test_link_frames_wait_packed_and_are_written_as_on_the_wire(tmp_path: Path) 
             k: v for k, v in want.items() if k != "timestamp"}
 
 
+def test_loop_ticks_and_sensor_snapshots_wait_as_bytes_and_are_written_as_published(
+        tmp_path: Path) -> None:
+    """/loop ticks wait packed (three numbers) and /sensors snapshots as their JSON, both in the
+    ring's blocks, not as Python objects (the young generation every collection scanned); the
+    file holds what each was when published."""
+    from mcap.reader import make_reader
+
+    from edge_agent.robot import load_robot
+    from edge_agent.sensors.hub import SensorHub
+
+    robot = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" /
+                       "edge-arm-4.toml")
+    snap = (SensorHub(robot).snapshot(now=1.0), frozenset({"wrist_force"}))
+    tick = (41, 0.000125, 0.0031)
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=5.0, post_s=0.1), tap=tap)
+    rec.start()
+    try:
+        tap.publish(ch.SENSORS, snap)
+        tap.publish(ch.LOOP, tick)
+        wait_until(lambda: rec.status()["ring_messages"] == 2, 30, "two in the ring")
+        kept = rec._ring.backlog(0)
+        assert {type(item[2]) for item in kept} == {Frames}
+        assert {type(x[2]) for item in kept for x in item[2].items()} == {bytes}
+        path = rec.trigger("manual")
+        wait_until(lambda: rec.status()["written"] == 1, 30, "written")
+    finally:
+        rec.stop()
+    assert rec.status()["encode_errors"] == 0
+    got = {}
+    with path.open("rb") as f:
+        for _, channel, msg in make_reader(f).iter_messages():
+            got[channel.topic] = json.loads(msg.data)
+    for topic, payload in ((ch.SENSORS, snap), (ch.LOOP, tick)):
+        want = json.loads(ch.encode(topic, payload, 0))
+        assert {k: v for k, v in got[topic].items() if k != "timestamp"} == {
+            k: v for k, v in want.items() if k != "timestamp"}, topic
+    assert got[ch.LOOP]["index"] == 41 and got[ch.SENSORS]["channels"]
+
+
 def test_the_byte_cap_rotates_too(tmp_path: Path) -> None:
     (tmp_path / "20000101T000000Z-old-0001.mcap").write_bytes(b"x" * 600_000)
     tap = Tap()

@@ -165,3 +165,11 @@ def test_a_rare_topic_does_not_hold_the_ring_back() -> None:
     assert 5_000 <= ring.messages <= 5_000 + BLOCK_N + 10, ring.messages
     kept = expanded(ring)
     assert min(x[1] for x in kept) >= t0 + 25 * _NS - 300_000_000
+
+
+def test_a_loop_tick_packs_to_three_numbers_and_back() -> None:
+    item = (ch.LOOP, 5 * _NS, (123456, -0.0004, 0.00213))
+    packed = pack(item)
+    assert type(packed[2]) is bytes and len(packed[2]) == 24
+    assert unpack(ch.LOOP, packed[2]) == item[2]  # f64: exact
+    assert pack((ch.LOOP, 1, "not a tick")) == (ch.LOOP, 1, "not a tick")  # kept as published

@@ -1,11 +1,12 @@
 """The flight recorder's pieces (recorder.py holds the thread): its settings, one capture in
-progress, link frames packed as their wire bytes while they wait in the ring, and the
-finished files' caps.
+progress, the high-rate topics packed as bytes while they wait in the ring, and the finished
+files' caps.
 """
 
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,22 +18,44 @@ from edge_agent.observe.tap import Item
 
 # link frames, kept as their (f32) wire body: received ones were decoded from it, sent ones are
 # encoded to it on their way to the guardian (/link/tx records what the wire carried)
-PACKED = frozenset({ch.LINK_STATUS, ch.LINK_RX, ch.LINK_TX})
+LINK = frozenset({ch.LINK_STATUS, ch.LINK_RX, ch.LINK_TX})
+# every control tick's (index, late, duration): two tuples a tick in the ring otherwise
+_LOOP = struct.Struct("<qdd")
+PACKED = LINK | {ch.LOOP}
+# the 100 Hz sensor picture, kept as the JSON the capture writes: as objects each snapshot was
+# ~40 of them, most of the ring's, and young until a collection scanned them (a young
+# generation of ~50,000 objects: 30-50 ms collections, the GIL held)
+ENCODED = frozenset({ch.SENSORS})
 
 
 def pack(item: Item) -> Item:
-    """A link frame as bytes (its type, then its wire body); anything else as it is."""
+    """A PACKED topic's message as bytes (a link frame: its type, then its wire body; a loop
+    tick: three numbers); anything else as it is."""
+    topic, t, msg = item
     try:
-        msg = item[2]
-        return (item[0], item[1], bytes((msg.TYPE,)) + pack_body(msg))
-    except Exception:  # not a protocol message after all: kept as published
+        if topic == ch.LOOP:
+            return (topic, t, _LOOP.pack(*msg))
+        return (topic, t, bytes((msg.TYPE,)) + pack_body(msg))
+    except Exception:  # not what the topic carries after all: kept as published
         return item
 
 
 def unpack(topic: str, payload: Any) -> Any:
-    if type(payload) is bytes and topic in PACKED:
-        return parse_body(payload[0], payload[1:])
+    if type(payload) is bytes:
+        if topic == ch.LOOP:
+            return _LOOP.unpack(payload)
+        if topic in LINK:
+            return parse_body(payload[0], payload[1:])
     return payload
+
+
+def encoded(item: Item) -> Item:
+    """An ENCODED topic's message as the JSON bytes a capture writes (encoded once, here); as
+    published when it cannot be encoded (the capture counts the error when it tries)."""
+    try:
+        return (item[0], item[1], ch.encode(item[0], item[2], item[1]))
+    except Exception:
+        return item
 
 
 @dataclass(frozen=True, slots=True)

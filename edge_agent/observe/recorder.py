@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from edge_agent.log import get_logger
 from edge_agent.observe import channels as ch
-from edge_agent.observe.capture import PACKED, Capture, pack, rotate, unpack
+from edge_agent.observe.capture import ENCODED, PACKED, Capture, encoded, pack, rotate, unpack
 from edge_agent.observe.capture import (
     RecorderSettings as RecorderSettings,
 )
@@ -74,7 +74,7 @@ class Recorder:
         self.s = settings
         self._tap = tap
         self._sub: Any = None
-        self._ring = Ring(PACKED)
+        self._ring = Ring(PACKED | ENCODED)
         self._est: dict[str, int] = {}  # topic -> encoded bytes per message (running mean)
         self._requests: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._open: list[Capture] = []
@@ -249,6 +249,8 @@ class Recorder:
         for i, item in enumerate(fresh):
             if item[0] in PACKED:
                 item = fresh[i] = pack(item)
+            elif item[0] in ENCODED:
+                item = fresh[i] = encoded(item)
             ring.add(item, est.get(item[0], _EST_DEFAULT))
         if fresh:
             ring.trim(fresh[-1][1] - int((s.pre_s + RING_MARGIN_S) * _NS), s.ring_bytes)
@@ -287,7 +289,8 @@ class Recorder:
                 pending.extendleft(reversed(payload.items()))
                 continue
             try:
-                data = ch.encode(topic, unpack(topic, payload), t)
+                data = (payload if topic in ENCODED and type(payload) is bytes
+                        else ch.encode(topic, unpack(topic, payload), t))
             except Exception:
                 self.encode_errors += 1
                 continue

@@ -9,7 +9,9 @@ when it is full or its span is over (one `lz4.block.compress` of ~25 KB every qu
 at 1 kHz) and expanded only when a capture writes it: a capture's backlog (`backlog`) holds one
 `Frames` item per block, which the recorder unpacks when it reaches it, so a capture beginning
 does not double the ring's memory.
-Anything else (events, decisions, snapshots) is kept as the tap published it.
+The recorder packs the control loop's ticks the same way and encodes the sensor snapshots as
+they enter (observe/capture.py PACKED, ENCODED): their bytes go into blocks as well. Anything
+else (events, decisions, health, log lines) is kept as the tap published it.
 
 Order: `backlog` sorts by time, a block by its first frame taken: the other topics'
 items of its quarter second come after its frames in a file (MCAP readers order by log time).
