@@ -7,6 +7,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -191,70 +192,23 @@ def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     assert st["ring_messages"] < 8000
 
 
-def test_link_frames_wait_packed_and_are_written_as_on_the_wire(tmp_path: Path) -> None:
-    """/link/status, /link/rx and /link/tx frames wait in the ring as their wire body (memory:
-    hil.footprint); the file holds what the wire carried, field for field."""
+def _through_the_ring(tmp_path: Path, published: list[tuple[str, object]]) -> dict[str, Any]:
+    """Publish each (topic, payload) to a recorder's tap; check that each waits in the ring as
+    bytes inside a block (not as Python objects); capture them; each topic's message in the file
+    (its last), timestamp left out."""
     from mcap.reader import make_reader
 
-    from edge_agent.link.bodies import pack_body, parse_body
-    from edge_agent.link.messages import GState
-
-    wire = parse_body(STATUS.TYPE, pack_body(STATUS))  # as the link reader decodes it
-    gstate = parse_body(GState.TYPE, pack_body(GState(True, False, False, True,
-                                                      StopReason.ESTOP_INPUT, 0)))
     tap = Tap()
     rec = Recorder(tmp_path, RecorderSettings(pre_s=5.0, post_s=0.1), tap=tap)
     rec.start()
     try:
-        tap.publish(ch.LINK_STATUS, wire)
-        tap.publish(ch.LINK_RX, gstate)
-        tap.publish(ch.LINK_TX, Command(Mode.HOLD, (0.1, 1.0)))  # sent: f64, packed as f32
-        wait_until(lambda: rec.status()["ring_messages"] == 3, 30, "three in the ring")
-        kept = rec._ring.backlog(0)  # one block of each link topic, its frame packed
+        for topic, payload in published:
+            tap.publish(topic, payload)
+        wait_until(lambda: rec.status()["ring_messages"] == len(published), 30, "in the ring")
+        kept = rec._ring.backlog(0)
         assert {type(item[2]) for item in kept} == {Frames}
         assert {type(x[2]) for item in kept if isinstance(item[2], Frames)
                 for x in item[2].items()} == {bytes}
-        path = rec.trigger("manual")
-        wait_until(lambda: rec.status()["written"] == 1, 30, "written")
-    finally:
-        rec.stop()
-    got = {}
-    with path.open("rb") as f:
-        for _, channel, msg in make_reader(f).iter_messages():
-            got[channel.topic] = json.loads(msg.data)
-    sent = Command(Mode.HOLD, (0.1, 1.0))
-    on_wire = parse_body(sent.TYPE, pack_body(sent))  # what the guardian got: 0.1 as f32
-    assert on_wire != sent
-    for topic, frame in ((ch.LINK_STATUS, wire), (ch.LINK_RX, gstate), (ch.LINK_TX, on_wire)):
-        want = json.loads(ch.encode(topic, frame, 0))
-        assert {k: v for k, v in got[topic].items() if k != "timestamp"} == {
-            k: v for k, v in want.items() if k != "timestamp"}
-
-
-def test_loop_ticks_and_sensor_snapshots_wait_as_bytes_and_are_written_as_published(
-        tmp_path: Path) -> None:
-    """/loop ticks wait packed (three numbers) and /sensors snapshots as their JSON, both in the
-    ring's blocks, not as Python objects (the young generation every collection scanned); the
-    file holds what each was when published."""
-    from mcap.reader import make_reader
-
-    from edge_agent.robot import load_robot
-    from edge_agent.sensors.hub import SensorHub
-
-    robot = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" /
-                       "edge-arm-4.toml")
-    snap = (SensorHub(robot).snapshot(now=1.0), frozenset({"wrist_force"}))
-    tick = (41, 0.000125, 0.0031)
-    tap = Tap()
-    rec = Recorder(tmp_path, RecorderSettings(pre_s=5.0, post_s=0.1), tap=tap)
-    rec.start()
-    try:
-        tap.publish(ch.SENSORS, snap)
-        tap.publish(ch.LOOP, tick)
-        wait_until(lambda: rec.status()["ring_messages"] == 2, 30, "two in the ring")
-        kept = rec._ring.backlog(0)
-        assert {type(item[2]) for item in kept} == {Frames}
-        assert {type(x[2]) for item in kept for x in item[2].items()} == {bytes}
         path = rec.trigger("manual")
         wait_until(lambda: rec.status()["written"] == 1, 30, "written")
     finally:
@@ -263,11 +217,48 @@ def test_loop_ticks_and_sensor_snapshots_wait_as_bytes_and_are_written_as_publis
     got = {}
     with path.open("rb") as f:
         for _, channel, msg in make_reader(f).iter_messages():
-            got[channel.topic] = json.loads(msg.data)
+            got[channel.topic] = {k: v for k, v in json.loads(msg.data).items()
+                                  if k != "timestamp"}
+    return got
+
+
+def _as_encoded(topic: str, payload: object) -> dict[str, Any]:
+    return {k: v for k, v in json.loads(ch.encode(topic, payload, 0)).items() if k != "timestamp"}
+
+
+def test_link_frames_wait_packed_and_are_written_as_on_the_wire(tmp_path: Path) -> None:
+    """/link/status, /link/rx and /link/tx frames wait in the ring as their wire body (memory:
+    hil.footprint); the file holds what the wire carried, field for field."""
+    from edge_agent.link.bodies import pack_body, parse_body
+    from edge_agent.link.messages import GState
+
+    wire = parse_body(STATUS.TYPE, pack_body(STATUS))  # as the link reader decodes it
+    gstate = parse_body(GState.TYPE, pack_body(GState(True, False, False, True,
+                                                      StopReason.ESTOP_INPUT, 0)))
+    sent = Command(Mode.HOLD, (0.1, 1.0))  # sent: f64, packed as f32
+    got = _through_the_ring(tmp_path, [(ch.LINK_STATUS, wire), (ch.LINK_RX, gstate),
+                                       (ch.LINK_TX, sent)])
+    on_wire = parse_body(sent.TYPE, pack_body(sent))  # what the guardian got: 0.1 as f32
+    assert on_wire != sent
+    for topic, frame in ((ch.LINK_STATUS, wire), (ch.LINK_RX, gstate), (ch.LINK_TX, on_wire)):
+        assert got[topic] == _as_encoded(topic, frame), topic
+
+
+def test_loop_ticks_and_sensor_snapshots_wait_as_bytes_and_are_written_as_published(
+        tmp_path: Path) -> None:
+    """/loop ticks wait packed (three numbers) and /sensors snapshots as their JSON, both in the
+    ring's blocks, not as Python objects (the young generation every collection scanned); the
+    file holds what each was when published."""
+    from edge_agent.robot import load_robot
+    from edge_agent.sensors.hub import SensorHub
+
+    robot = load_robot(Path(__file__).resolve().parents[1] / "configs" / "robot" /
+                       "edge-arm-4.toml")
+    snap = (SensorHub(robot).snapshot(now=1.0), frozenset({"wrist_force"}))
+    tick = (41, 0.000125, 0.0031)
+    got = _through_the_ring(tmp_path, [(ch.SENSORS, snap), (ch.LOOP, tick)])
     for topic, payload in ((ch.SENSORS, snap), (ch.LOOP, tick)):
-        want = json.loads(ch.encode(topic, payload, 0))
-        assert {k: v for k, v in got[topic].items() if k != "timestamp"} == {
-            k: v for k, v in want.items() if k != "timestamp"}, topic
+        assert got[topic] == _as_encoded(topic, payload), topic
     assert got[ch.LOOP]["index"] == 41 and got[ch.SENSORS]["channels"]
 
 
