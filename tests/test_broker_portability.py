@@ -241,9 +241,14 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
            "--port", str(b.port), "--username", "operator", "--password-file", str(pw),
            "--mqtt-protocol", b.protocol, "--config", str(tmp / "none.toml")]
     if b.name == "rabbitmq":
-        proc = subprocess.Popen([*cmd, "--settle-s", "90"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        time.sleep(2.0)  # its SUBACK before the task's first state (a late one sees the next)
+        # --watch prints its first view only after the SUBACK (FleetBus.start waits for it):
+        # that line is the sign the subscription is in place before the task's first state
+        proc = subprocess.Popen([*cmd, "--watch", "--interval", "0.5", "--settle-s", "0"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert first, (proc.wait(timeout=10), proc.stderr.read() if proc.stderr else "")
+        assert isinstance(json.loads(first), list), first
         return proc
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
@@ -254,10 +259,21 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
 
 
 def _fleet_saw_it_live(proc: subprocess.Popen[str]) -> None:
-    """RabbitMQ: the view found the robot by its live state; its presence stays unknown."""
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, (proc.returncode, out, err)
-    rows = {r["robot"]: r for r in json.loads(out)}
+    """RabbitMQ: the view found the robot by its live state; its presence stays unknown.
+    Each refresh is a line within ~0.5 s (no robot is online to query), so the loop is bounded."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    rows: dict[str, Any] = {}
+    try:
+        while "dev1" not in rows and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:  # it exited
+                break
+            rows = {r["robot"]: r for r in json.loads(line)}
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "dev1" in rows, (rows, proc.returncode, err)
     dev1 = rows["dev1"]
     assert dev1["presence"] is None and dev1["online"] is False and dev1["mode"], rows
 
