@@ -1,6 +1,6 @@
 """Does a fault's memory stay? The daemon's RSS around the same fault, injected again and again.
 
-    python -m hil.rss_repeat [--fault link:unplug] [--rounds 6] [--gap-s 20]
+    python -m hil.rss_repeat [--fault link:unplug] [--rounds 6] [--gap-s 20] [--set KEY=VALUE]
 
 One `edge-agent run --sim` daemon (hil/daemon_proc.py, `debug.failure_injection = true`, no
 broker: reports go to disk). After `--warm-s` idle, the same `failure.inject` every `--gap-s`
@@ -40,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--gap-s", type=float, default=20.0, help="from one fault to the next")
     ap.add_argument("--warm-s", type=float, default=30.0, help="idle after READY, first")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra daemon config override (repeatable), e.g. sim.gpu=true")
     a = ap.parse_args(argv)
     target, _, mode = a.fault.partition(":")
     state = Path(tempfile.mkdtemp(prefix="rss-repeat-"))
-    proc = start_sim_daemon(state, ["debug.failure_injection=true", "mqtt.port=1"])
+    proc = start_sim_daemon(state, ["debug.failure_injection=true", "mqtt.port=1", *a.set])
     ctl = Control(state)
     try:
         wait_for(lambda: ctl.status()["link_up"], 60, "the daemon's link")

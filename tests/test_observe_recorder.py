@@ -24,7 +24,13 @@ from edge_agent.link.messages import (
     StopReason,
 )
 from edge_agent.observe import channels as ch
-from edge_agent.observe.recorder import Recorder, RecorderSettings
+from edge_agent.observe.recorder import (
+    RING_MARGIN_S,
+    TAP_RATE_HZ,
+    Recorder,
+    RecorderSettings,
+    tap_maxlen,
+)
 from edge_agent.observe.ring import Frames
 from edge_agent.observe.tap import Tap
 
@@ -190,6 +196,25 @@ def test_the_ring_is_bounded_in_bytes(tmp_path: Path) -> None:
     st = rec.status()  # the thread is done: a settled figure
     assert 0 < st["ring_bytes"] <= 1 << 20
     assert st["ring_messages"] < 8000
+
+
+def test_a_starved_recorder_queues_at_most_the_rings_span_of_raw_items(tmp_path: Path) -> None:
+    """The tap queue of a recorder that does not run (here: its first cycle is 60 s away) stops
+    at the ring's span at TAP_RATE_HZ; the oldest go, counted. It was 200,000 raw items
+    (~1 KB each): a starved recorder kept ~64 MB."""
+    tap = Tap()
+    rec = Recorder(tmp_path, RecorderSettings(pre_s=2.0, period_s=60.0), tap=tap)
+    bound = tap_maxlen(2.0)
+    assert bound == int(TAP_RATE_HZ * (2.0 + RING_MARGIN_S)) < 200_000
+    rec.start()
+    try:
+        for _ in range(bound + 500):
+            tap.publish(ch.LINK_STATUS, STATUS)
+        q = tap.stats()["recorder"]
+        assert (q["maxlen"], q["queued"], q["dropped"]) == (bound, bound, 500)
+        assert rec.status()["dropped"] == 500
+    finally:
+        rec.stop()
 
 
 def _through_the_ring(tmp_path: Path, published: list[tuple[str, object]]) -> dict[str, Any]:

@@ -64,8 +64,20 @@ FINAL_S = 3.0
 # that the process kept after it caught up; past this, the oldest unwritten items go (a gap in
 # that file, counted in `backlog_dropped` and logged once per file).
 MAX_PENDING = 100_000
+# The recorder's tap queue (raw items, not drained yet) holds at most the ring's span at this
+# rate: 1 kHz STATUS, /loop and /link/tx at up to 500 Hz each, 100 Hz sensors, events. It held
+# 200,000 items: a recorder starved of CPU for ~40 s (a CPU hog beside the daemon, 12-07) let
+# ~64 MB of raw items queue (a STATUS frame is ~920 bytes as an object) and the process kept
+# that RSS after it caught up (pymalloc arenas left partly used). Older items than the ring's
+# span could only fill a capture's start: past it they go, counted in `dropped`.
+TAP_RATE_HZ = 2_500
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+def tap_maxlen(pre_s: float) -> int:
+    """The recorder's tap queue bound: the ring's span (pre_s + RING_MARGIN_S) at TAP_RATE_HZ."""
+    return max(1_000, int(TAP_RATE_HZ * (pre_s + RING_MARGIN_S)))
+
+
 class Recorder:
     """See the module doc. `start()` after READY; `stop()` finishes open files."""
 
@@ -104,7 +116,7 @@ class Recorder:
         import mcap.writer  # noqa: F401  - after READY: fail here, not on the first trigger
 
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._sub = self._tap.subscribe("recorder", maxlen=200_000)
+        self._sub = self._tap.subscribe("recorder", maxlen=tap_maxlen(self.s.pre_s))
         self._thread = threading.Thread(target=self._run, name="flight-recorder", daemon=True)
         self._thread.start()
 
