@@ -73,6 +73,8 @@ MAX_PENDING = 100_000
 TAP_RATE_HZ = 2_500
 _EST_DEFAULT = 400  # bytes a message of a topic not encoded yet is taken to cost in the ring
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
 def tap_maxlen(pre_s: float) -> int:
     """The recorder's tap queue bound: the ring's span (pre_s + RING_MARGIN_S) at TAP_RATE_HZ."""
     return max(1_000, int(TAP_RATE_HZ * (pre_s + RING_MARGIN_S)))
