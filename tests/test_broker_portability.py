@@ -17,6 +17,7 @@ here is skipped with the reason.
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import subprocess
 import sys
@@ -239,15 +240,15 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
     pw.chmod(0o600)
     cmd = [sys.executable, "-m", "edge_agent.cli", "fleet", "status", "--json", "--host", b.host,
            "--port", str(b.port), "--username", "operator", "--password-file", str(pw),
-           "--mqtt-protocol", b.protocol, "--config", str(tmp / "none.toml")]
+           "--mqtt-protocol", b.protocol, "--config", str(tmp / "none.toml"),
+           "--query-timeout", "15"]  # a loaded CI machine missed the default 3 s (12-07)
     if b.name == "rabbitmq":
         # --watch prints its first view only after the SUBACK (FleetBus.start waits for it):
         # that line is the sign the subscription is in place before the task's first state
         proc = subprocess.Popen([*cmd, "--watch", "--interval", "0.5", "--settle-s", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first, (proc.wait(timeout=10), proc.stderr.read() if proc.stderr else "")
+        first = _line(proc, 30)
+        assert first, (proc.poll(), "no first view within 30 s")
         assert isinstance(json.loads(first), list), first
         return proc
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
@@ -258,16 +259,35 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
     return None
 
 
+def _line(proc: subprocess.Popen[str], timeout: float) -> str:
+    """The next line of `proc`'s stdout, or "" when it ends or says nothing within `timeout`
+    (a reader thread: a silent view cannot hang the test)."""
+    lines: queue.Queue[str] = getattr(proc, "_lines", None) or queue.Queue()
+    if not hasattr(proc, "_lines"):
+        proc._lines = lines  # type: ignore[attr-defined]
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put("")
+
+        threading.Thread(target=pump, daemon=True, name="fleet-view-lines").start()
+    try:
+        return lines.get(timeout=max(0.0, timeout))
+    except queue.Empty:
+        return ""
+
+
 def _fleet_saw_it_live(proc: subprocess.Popen[str]) -> None:
     """RabbitMQ: the view found the robot by its live state; its presence stays unknown.
     Each refresh is a line within ~0.5 s (no robot is online to query), so the loop is bounded."""
-    assert proc.stdout is not None
     deadline = time.monotonic() + 30
     rows: dict[str, Any] = {}
     try:
         while "dev1" not in rows and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:  # it exited
+            line = _line(proc, deadline - time.monotonic())
+            if not line:  # it exited, or said nothing until the deadline
                 break
             rows = {r["robot"]: r for r in json.loads(line)}
     finally:

@@ -97,7 +97,7 @@ def state_fields(executor: Executor, latch: StopLatch, mirror: LinkMirror,
                  policy_in_use: str, degraded: list[str]) -> StateFields:
     """`state` now (docs/asyncapi.yaml StateFields); `degraded`: the health monitor's modes."""
     st = latch.state
-    out: StateFields = {"mode": executor.mode, "state": executor.state.value,
+    out: StateFields = {"mode": executor.mode_at(st.kind), "state": executor.state.value,
                         "degraded": degraded, "homed": bool(mirror.last_status is not None),
                         "link_up": mirror.link_up, "policy": policy_in_use}
     task = executor.task

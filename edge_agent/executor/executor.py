@@ -116,7 +116,13 @@ class Executor(ManualCommands):
     @property
     def mode(self) -> ExecMode:
         """The externally visible mode (`state.mode`, the admission matrix's column)."""
-        return mode_of(self.latch.state.kind, self._machine.state, self._driver.has_saved_task())
+        return self.mode_at(self.latch.state.kind)
+
+    def mode_at(self, stop: StopKind | None) -> ExecMode:
+        """The mode under the latch state `stop` that the caller read: a `state` message built
+        from one latch read never says protective_stop without its `stop` (a trip between two
+        reads of the latch did, 12-07 CI)."""
+        return mode_of(stop, self._machine.state, self._driver.has_saved_task())
 
     @property
     def has_measurement(self) -> bool:

@@ -50,6 +50,9 @@ def add_parser(sub: Any) -> None:
     st.add_argument("--json", action="store_true", help="a JSON array (one object per robot)")
     st.add_argument("--no-query", action="store_true",
                     help="retained messages only: no `status` command (no model, no trial)")
+    st.add_argument("--query-timeout", type=float, default=3.0, metavar="S",
+                    help="wait this long for the robots' `status` replies; a robot that has not "
+                         "answered shows no model (default %(default)s)")
     es = fs.add_parser("estop", help="the fleet e-stop, with acknowledgements counted",
                        description="Publish the fleet e-stop (mqtt.fleet_topic) and list which "
                                    "robots confirmed it (a `stop` event or a state with "
@@ -141,7 +144,7 @@ def _status(bus: Any, a: argparse.Namespace) -> int:
     while True:
         robots = bus.snapshot()
         if not a.no_query:
-            bus.query_all([r for r in robots if r.online], timeout=3.0)
+            bus.query_all([r for r in robots if r.online], timeout=a.query_timeout)
         now = time.time()
         rows = [row(r, now) for r in robots]
         if a.json:
