@@ -90,6 +90,10 @@ class Daemon:
             if not self.cond.wait_for(cond, timeout):
                 raise AssertionError("timed out")
 
+    def states_since(self, start: int) -> list[GState]:
+        with self.cond:
+            return [f.msg for f in self.frames[start:] if isinstance(f.msg, GState)]
+
     def wait_state(self, pred: Callable[[GState], bool], start: int = 0,
                    timeout: float = 15.0) -> GState:
         found: list[GState] = []
@@ -110,9 +114,10 @@ def peer(tmp_path: Path) -> Iterator[FirmwarePeer]:
     p.stop()
 
 
-def start_client(peer: FirmwarePeer, daemon: Daemon, **kw: object) -> GuardianClient:
+def start_client(peer: FirmwarePeer, daemon: Daemon, deadman_s: float = 0.05,
+                 **kw: object) -> GuardianClient:
     kw.setdefault("priority", 0)
-    client = GuardianClient(peer.pty.path, ROBOT, 0.05, on_frame=daemon.on_frame,
+    client = GuardianClient(peer.pty.path, ROBOT, deadman_s, on_frame=daemon.on_frame,
                             on_guardian_down=daemon.on_down, on_guardian_up=daemon.on_up,
                             **kw)  # type: ignore[arg-type]
     client.start()
@@ -146,11 +151,13 @@ def test_the_firmware_deadman_outlasts_the_guardians(tmp_path: Path) -> None:
 
 
 def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
+    # a 1 s deadman: the test's own pauses between steps (a loaded CI machine) must not trip
+    # it — 50 ms did once (12-07: a deadman latch refused the last ENABLE, nothing passed)
     daemon = Daemon()
-    client = start_client(peer, daemon)
+    client = start_client(peer, daemon, deadman_s=1.0)
     try:
         hello = peer.wait_for(lambda f: isinstance(f.msg, Hello)).msg
-        assert isinstance(hello, Hello) and hello.deadman_ms == 100  # 2 x 50 ms, at least 100
+        assert isinstance(hello, Hello) and hello.deadman_ms == 2000  # 2 x the guardian's
         # firmware frames are relayed to the daemon unchanged
         daemon.wait(lambda: any(isinstance(f.msg, Status) for f in daemon.frames))
         client.send(Enable(True))
@@ -200,7 +207,7 @@ def test_estop_latch_reset_and_enable_at_the_wire(peer: FirmwarePeer) -> None:
         client.send(position((9.0, 9.0, 9.0, 9.0)))
         client.send(Ping(3))
         passed = sent_after(peer, mark, Ping(3))
-        assert passed[0] == Enable(True)
+        assert passed and passed[0] == Enable(True), (passed, daemon.states_since(m))
         assert position((2.8, 2.2, 0.3, 1.2)) in passed  # clamped to the robot's limits
     finally:
         client.stop()
