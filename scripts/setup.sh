@@ -18,6 +18,35 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
+# The three environments install side by side (pip and npm mostly wait on the network and the
+# disk): the tests' Triton server and the AsyncAPI parser in the background, edge-agent here.
+pids=()
+# The real Triton server of the tests and benches (tests/triton_server.py) in an environment of
+# its own: pytriton pins numpy<2, the daemon runs on numpy 2 (pyproject.toml, extra
+# `triton-server`, read from there so the list lives in one place). Only for the tests
+# (`setup.sh --tests`, what scripts/test.sh runs): the simulated robot does not need it.
+tstamp=.venv-triton/.edge-agent-installed
+if [ "${1:-}" = "--tests" ] && { [ ! -f "$tstamp" ] || [ pyproject.toml -nt "$tstamp" ]; }; then
+  (
+    [ -x .venv-triton/bin/python ] || python3 -m venv .venv-triton
+    .venv-triton/bin/python -m pip install -q --upgrade pip
+    python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["triton-server"]))' > .venv-triton/requirements.txt
+    .venv-triton/bin/python -m pip install -q -r .venv-triton/requirements.txt
+    touch "$tstamp"
+  ) &
+  pids+=($!)
+fi
+# The official AsyncAPI parser that tests/test_asyncapi_official.py runs on docs/asyncapi.yaml,
+# pinned by tests/asyncapi/package-lock.json (installed again only when the lockfile changes).
+pstamp=tests/asyncapi/node_modules/.edge-agent-installed
+if [ ! -f "$pstamp" ] || [ tests/asyncapi/package-lock.json -nt "$pstamp" ]; then
+  (
+    npm ci --prefix tests/asyncapi --silent --no-audit --no-fund
+    touch "$pstamp"
+  ) &
+  pids+=($!)
+fi
+
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
@@ -29,29 +58,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
   touch "$stamp"
 fi
-# The real Triton server of the tests and benches (tests/triton_server.py) in an environment of
-# its own: pytriton pins numpy<2, the daemon runs on numpy 2 (pyproject.toml, extra
-# `triton-server`, read from there so the list lives in one place). Only for the tests
-# (`setup.sh --tests`, what scripts/test.sh runs): the simulated robot does not need it.
-if [ "${1:-}" = "--tests" ] && [ ! -x .venv-triton/bin/python ]; then
-  python3 -m venv .venv-triton
-fi
-tstamp=.venv-triton/.edge-agent-installed
-if [ "${1:-}" = "--tests" ] && { [ ! -f "$tstamp" ] || [ pyproject.toml -nt "$tstamp" ]; }; then
-  .venv-triton/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["triton-server"]))' > .venv-triton/requirements.txt
-  .venv-triton/bin/python -m pip install -q -r .venv-triton/requirements.txt
-  touch "$tstamp"
-fi
+for pid in "${pids[@]}"; do
+  wait "$pid"  # a failed install fails the set-up (set -e)
+done
 # Byte-compile the package (an editable install does not, and the service cannot write next to
 # its code: ProtectSystem=strict). Without .pyc files every start compiles ~80 modules again —
 # ~250 ms here, more than the whole start-up budget. Quick when nothing changed.
 .venv/bin/python -m compileall -q -j 0 edge_agent hil >/dev/null
-
-# The official AsyncAPI parser that tests/test_asyncapi_official.py runs on docs/asyncapi.yaml,
-# pinned by tests/asyncapi/package-lock.json (installed again only when the lockfile changes).
-pstamp=tests/asyncapi/node_modules/.edge-agent-installed
-if [ ! -f "$pstamp" ] || [ tests/asyncapi/package-lock.json -nt "$pstamp" ]; then
-  npm ci --prefix tests/asyncapi --silent --no-audit --no-fund
-  touch "$pstamp"
-fi
