@@ -272,7 +272,7 @@ def test_the_daemon_runs_a_task_on_triton_and_keeps_deciding_when_the_server_die
         wait_until(lambda: inference().get("backend_in_use") == "triton", 60, "decisions again")
     finally:
         d.stop()
-        server.stop()
+        server.stop(graceful=False)  # its ~4 s graceful shutdown is not under test
 
 
 @needs_server
@@ -330,7 +330,7 @@ def test_failure_inject_triton_down_and_gpu_fail_on_the_daemon(tmp_path: Path) -
         assert "asks for no GPU" in r["error"]["message"]
     finally:
         d.stop()
-        server.stop()
+        server.stop(graceful=False)  # its ~4 s graceful shutdown is not under test
 
 
 class _HugeReplies:

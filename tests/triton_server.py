@@ -72,13 +72,14 @@ def triton_unavailable() -> str | None:
 
 @contextlib.contextmanager
 def serving(model: Path, log_path: Path) -> Iterator[TritonServer]:
-    """A started server (model ready), stopped on the way out."""
+    """A started server (model ready), killed on the way out (a graceful stop takes ~4 s of
+    pytriton shutdown here that no test looks at; stop() removes the segments a kill leaves)."""
     s = TritonServer(model, log_path)
     s.start()
     try:
         yield s
     finally:
-        s.stop()
+        s.stop(graceful=False)
 
 
 class TritonServer:
