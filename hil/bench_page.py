@@ -140,7 +140,8 @@ def machine_section(r: dict[str, Any], src: str) -> list[str]:
             f"{m.get('onnxruntime') or 'not installed'} |",
             f"| load average (1, 5, 15 min) before → after | {m.get('load_before')} → "
             f"{m.get('load_after')} |",
-            f"| host steal over the whole run | {num(m.get('steal_pct'))} % |", ""]
+            f"| host steal over the whole run | {num(m.get('steal_pct'))} % |",
+            *([f"| note | {r['assembled']} |"] if r.get("assembled") else []), ""]
 
 
 def area_section(area: str, benches: list[dict[str, Any]], perf: Path) -> list[str]:
