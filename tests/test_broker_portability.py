@@ -170,7 +170,7 @@ def test_daemon_works_end_to_end_on_the_broker(any_broker: Any, tmp_path: Path) 
 
     probe = _probe(b)
     d = DaemonProc(tmp_path, b, extra=(f'mqtt.protocol="{b.protocol}"', *SETS)).start()
-    fleet: subprocess.Popen[str] | None = None
+    fleet: _Lines | None = None
     try:
         boot = d.wait_ready()["boot_id"]
         # birth: online, this boot, first connection
@@ -226,11 +226,11 @@ def test_daemon_works_end_to_end_on_the_broker(any_broker: Any, tmp_path: Path) 
     finally:
         d.stop()
         probe.close()
-        if fleet is not None and fleet.poll() is None:
-            fleet.kill()
+        if fleet is not None and fleet.proc.poll() is None:
+            fleet.proc.kill()
 
 
-def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
+def _fleet_status(b: Any, tmp: Path) -> _Lines | None:
     """`edge-agent fleet status` through this broker (`--mqtt-protocol` where it has no MQTT 5):
     the robot online and idle. On RabbitMQ, which sends no retained message to a wildcard
     filter (rabbitmq-server#8824, docs/INSTALL.md), the view finds a robot only when it
@@ -247,10 +247,11 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
         # that line is the sign the subscription is in place before the task's first state
         proc = subprocess.Popen([*cmd, "--watch", "--interval", "0.5", "--settle-s", "0"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        first = _line(proc, 30)
+        view = _Lines(proc)
+        first = view.next(30)
         assert first, (proc.poll(), "no first view within 30 s")
         assert isinstance(json.loads(first), list), first
-        return proc
+        return view
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
     rows = {r["robot"]: r for r in json.loads(out.stdout)}
@@ -259,41 +260,44 @@ def _fleet_status(b: Any, tmp: Path) -> subprocess.Popen[str] | None:
     return None
 
 
-def _line(proc: subprocess.Popen[str], timeout: float) -> str:
-    """The next line of `proc`'s stdout, or "" when it ends or says nothing within `timeout`
-    (a reader thread: a silent view cannot hang the test)."""
-    lines: queue.Queue[str] = getattr(proc, "_lines", None) or queue.Queue()
-    if not hasattr(proc, "_lines"):
-        proc._lines = lines  # type: ignore[attr-defined]
+class _Lines:
+    """A running command's stdout lines through a reader thread: `next(timeout)` returns "" when
+    the command has ended or said nothing within `timeout` (a silent view cannot hang the test)."""
 
-        def pump() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.put(line)
-            lines.put("")
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self._q: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True, name="fleet-view-lines").start()
 
-        threading.Thread(target=pump, daemon=True, name="fleet-view-lines").start()
-    try:
-        return lines.get(timeout=max(0.0, timeout))
-    except queue.Empty:
-        return ""
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._q.put(line)
+        self._q.put("")
+
+    def next(self, timeout: float) -> str:
+        try:
+            return self._q.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return ""
 
 
-def _fleet_saw_it_live(proc: subprocess.Popen[str]) -> None:
+def _fleet_saw_it_live(view: _Lines) -> None:
     """RabbitMQ: the view found the robot by its live state; its presence stays unknown.
     Each refresh is a line within ~0.5 s (no robot is online to query), so the loop is bounded."""
     deadline = time.monotonic() + 30
     rows: dict[str, Any] = {}
     try:
         while "dev1" not in rows and time.monotonic() < deadline:
-            line = _line(proc, deadline - time.monotonic())
+            line = view.next(deadline - time.monotonic())
             if not line:  # it exited, or said nothing until the deadline
                 break
             rows = {r["robot"]: r for r in json.loads(line)}
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=10)
-    assert "dev1" in rows, (rows, proc.returncode, err)
+        view.proc.terminate()
+        view.proc.wait(timeout=10)  # stdout is the reader thread's; stderr is read here
+        err = view.proc.stderr.read() if view.proc.stderr is not None else ""
+    assert "dev1" in rows, (rows, view.proc.returncode, err)
     dev1 = rows["dev1"]
     assert dev1["presence"] is None and dev1["online"] is False and dev1["mode"], rows
 
