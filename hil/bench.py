@@ -89,11 +89,16 @@ def run_one(b: Bench, quick: bool, logs: Path, timeout_s: float) -> dict[str, An
     steal.start()
     t0 = time.monotonic()
     with log.open("w") as f:
+        proc: subprocess.Popen[bytes] | None = None
         try:
-            rc = subprocess.run(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=timeout_s, start_new_session=True).returncode
+            proc = subprocess.Popen(argv, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             rc = -9
+        finally:  # timed out, or this runner stopped (Ctrl-C): the bench goes with it
+            if proc is not None:
+                _stop_group(proc)
     steal.stop()
     rec["wall_s"] = round(time.monotonic() - t0, 1)
     rec["rc"] = rc
@@ -148,6 +153,33 @@ def table(benches: list[dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT the bench's process group (its `finally` blocks stop what it started), SIGKILL
+    after 20 s; nothing of it outlives the runner."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _write(path: Path, res: dict[str, Any], t0: float) -> None:
+    """The results so far, replaced atomically (a stop mid-write leaves the last whole file)."""
+    from edge_agent.store.atomic import write_atomic
+
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    write_atomic(path, (json.dumps(res, indent=1, ensure_ascii=False) + "\n").encode(),
+                 mode=0o644)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m hil.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small samples: minutes, not the page's")
@@ -179,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     steal = StealMeter()
     steal.start()
     t0 = time.monotonic()
-    benches = []
+    benches: list[dict[str, Any]] = []
+    res["benches"] = benches
+    name = f"bench-{started:%Y-%m-%d}-{git['short']}" + ("-quick" if a.quick else "")
+    path = a.out / f"{name}.json"
     for b in chosen:
         print(f"-- {b.name}: python {' '.join(b.argv(a.quick))}", flush=True)
         benches.append(run_one(b, a.quick, logs, a.timeout_s or (600 if a.quick else 14400)))
@@ -187,15 +222,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   {r['wall_s']} s, steal {_num(r['steal_pct'], ' %')}, load "
               f"{r['load_after'][0]}" + (f"; {r['error']}" if r.get("error") else ""),
               flush=True)
+        # after each bench: a run stopped later (Ctrl-C, a timeout) keeps what it measured
+        res["partial"] = (f"{len(benches)} of {len(chosen)} benches: the run stopped after "
+                          f"{b.name}")
+        _write(path, res, t0)
     steal.stop()
+    res.pop("partial")
     res["machine"]["load_after"] = _load()
     res["machine"]["steal_pct"] = None if steal.fraction is None else round(
         100 * steal.fraction, 2)
-    res["wall_s"] = round(time.monotonic() - t0, 1)
-    res["benches"] = benches
-    name = f"bench-{started:%Y-%m-%d}-{git['short']}" + ("-quick" if a.quick else "")
-    path = a.out / f"{name}.json"
-    path.write_text(json.dumps(res, indent=1, ensure_ascii=False) + "\n")
+    _write(path, res, t0)
     print()
     print(table(benches))
     print(f"\n{res['wall_s']:.0f} s; load average {res['machine']['load_before']} → "

@@ -35,8 +35,9 @@ python -m hil.bench_page
 The first runs every figure with full samples (an hour or more; run it on a quiet machine),
 the second the same figures with small samples in minutes (P99 of a small sample is close to
 its max), each writing `hil/results/bench-<UTC date>-<commit>[-quick].json` and this page;
-the third renders the page again from the newest JSON. `python -m hil.bench --list` names the
-benches, `--only NAME[,NAME]` runs some of them."""
+the third renders the page again from the newest JSON. The JSON is written after each bench: a
+run stopped midway keeps what it measured and the page says "partial run".
+`python -m hil.bench --list` names the benches, `--only NAME[,NAME]` runs some of them."""
 
 
 def latest(results: Path = RESULTS) -> Path:
@@ -141,7 +142,8 @@ def machine_section(r: dict[str, Any], src: str) -> list[str]:
             f"| load average (1, 5, 15 min) before → after | {m.get('load_before')} → "
             f"{m.get('load_after')} |",
             f"| host steal over the whole run | {num(m.get('steal_pct'))} % |",
-            *([f"| note | {r['assembled']} |"] if r.get("assembled") else []), ""]
+            *([f"| note | {r['assembled']} |"] if r.get("assembled") else []),
+            *([f"| partial run | {r['partial']} |"] if r.get("partial") else []), ""]
 
 
 def area_section(area: str, benches: list[dict[str, Any]], perf: Path) -> list[str]:

@@ -92,6 +92,19 @@ def test_page_renders_a_fixture(tmp_path: Path) -> None:
             assert (tmp_path / "docs" / "perf" / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_partial_run_is_marked_on_the_page(tmp_path: Path) -> None:
+    """hil.bench writes its JSON after each bench with `partial` until the last one ends (a run
+    stopped midway keeps what it measured); the page says the run is partial."""
+    r = _fixture()
+    r["partial"] = "1 of 2 benches: the run stopped after link_reader"
+    src = tmp_path / "bench-2026-12-07-abc1234.json"
+    src.write_text(json.dumps(r))
+    doc = tmp_path / "docs" / "PERFORMANCE.md"
+    (tmp_path / "docs" / "perf").mkdir(parents=True)
+    bench_page.render(src, doc)
+    assert "| partial run | 1 of 2 benches: the run stopped after link_reader |" in doc.read_text()
+
+
 def test_footprint_markdown_is_used_verbatim(tmp_path: Path) -> None:
     (tmp_path / "footprint.json").write_text(json.dumps({"markdown": "| a | b |\n", "x": 1}))
     assert bench_page.footprint_section(tmp_path) == ["## Footprint", "", "| a | b |", ""]
