@@ -35,6 +35,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.comms.mqtt_common import FLEET_ESTOP_TOPIC, Topics
 from hil.bench_stats import figure, target, write_json
+from hil.daemon_proc import with_parent
 from hil.sim.control import request as rig_request
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -266,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in sets:
                 cmd += ["--set", s]
             log = open(tmp / f"{d}.log", "wb")  # noqa: SIM115 - handed to the child
-            daemons.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            daemons.append(subprocess.Popen(with_parent(cmd), stdout=log,
+                                            stderr=subprocess.STDOUT, cwd=ROOT,
                                             start_new_session=True))
             procs.append(daemons[-1])
             if len(daemons) % args.batch == 0 or len(daemons) == n:

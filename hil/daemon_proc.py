@@ -7,6 +7,7 @@ process group, so the guardian and the rig go with it).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,17 @@ SIM_CONFIG = ROOT / "configs" / "sim.toml"
 BENCH_SETS = ("link.hello_timeout_s=10", "sim.rig_priority=40")
 
 
+def with_parent(cmd: list[str]) -> list[str]:
+    """`cmd` run so that it gets SIGTERM when this process dies (`setpriv --pdeathsig`, the
+    PR_SET_PDEATHSIG of util-linux: kept across exec, same pid). A daemon in a session of its
+    own does not see the bench's Ctrl-C; a bench stopped or killed while it starts one (before
+    its `finally` knows the process) would leave it running, re-parented to init. Without
+    setpriv the command is unchanged. Call it from the main thread: the signal follows the
+    thread that forked."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+
+
 def start_sim_daemon(state_dir: Path, sets: Iterable[str]) -> subprocess.Popen[bytes]:
     """`edge-agent run --sim` on configs/sim.toml with `state_dir`, BENCH_SETS and `sets` as
     `--set` overrides, in its own process group; its output in `<state_dir>/daemon.log`."""
@@ -31,8 +43,8 @@ def start_sim_daemon(state_dir: Path, sets: Iterable[str]) -> subprocess.Popen[b
     for s in (f"state_dir={state_dir}", *BENCH_SETS, *sets):
         cmd += ["--set", s]
     with open(state_dir / "daemon.log", "w") as log:  # the child keeps its own descriptor
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                start_new_session=True)
+        return subprocess.Popen(with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                cwd=ROOT, start_new_session=True)
 
 
 class Control:

@@ -33,6 +33,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.comms.mqtt_common import Topics
+from hil.daemon_proc import with_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
@@ -252,8 +253,8 @@ class Fleet:
                 for s in sets:
                     cmd += ["--set", s]
                 log = open(self.tmp / f"{d}.log", "wb")  # noqa: SIM115 - the child's
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=ROOT, start_new_session=True)
                 self.daemons.append(proc)
                 self.procs.append(proc)
                 if (i + 1) % batch == 0 or i + 1 == self.n:

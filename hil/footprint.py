@@ -48,7 +48,15 @@ from typing import Any
 
 from hil import footprint_probe as probe
 from hil.bench_daemon_estop import private_broker
-from hil.daemon_proc import BENCH_SETS, ROOT, SIM_CONFIG, Control, stop_daemon, wait_for
+from hil.daemon_proc import (
+    BENCH_SETS,
+    ROOT,
+    SIM_CONFIG,
+    Control,
+    stop_daemon,
+    wait_for,
+    with_parent,
+)
 
 SHIPPED = ROOT / "models" / "pick-place-policy.onnx"
 RESULTS = ROOT / "hil" / "results"
@@ -70,7 +78,7 @@ def _start(state_dir: Path, sets: list[str], env: dict[str, str]) -> subprocess.
     for s in (f"state_dir={state_dir}", *BENCH_SETS, *sets):
         cmd += ["--set", s]
     with open(state_dir / "daemon.log", "w") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        return subprocess.Popen(with_parent(cmd), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
                                 start_new_session=True, env=env)
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from edge_agent.comms.client import json_line_request
 from edge_agent.errors import EdgeAgentError
-from hil.daemon_proc import stop_daemon
+from hil.daemon_proc import stop_daemon, with_parent
 from hil.webhook_receiver import Receiver
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,8 +71,9 @@ class Daemon:
 
     def start(self) -> Daemon:
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(self.cmd, stdout=out, stderr=subprocess.STDOUT,
-                                         cwd=REPO, start_new_session=True)
+            self.proc = subprocess.Popen(with_parent(self.cmd), stdout=out,
+                                         stderr=subprocess.STDOUT, cwd=REPO,
+                                         start_new_session=True)
         wait(lambda: self.status().get("link_up") is True, 60, "the daemon up with its link")
         return self
 

@@ -5,10 +5,12 @@ full arguments (with `--json`) parse with that bench's own parser."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +147,37 @@ def test_each_bench_parses_its_quick_and_full_arguments() -> None:
     bad = [(j[0], j[1], r["error"]) for j, r in zip(jobs, json.loads(out.stdout), strict=True)
            if not r["ok"]]
     assert not bad, bad
+
+
+def test_a_bench_daemon_dies_with_its_bench(tmp_path: Path) -> None:
+    """A bench starts its daemons in sessions of their own (`hil.daemon_proc.with_parent`): a
+    bench killed with SIGKILL, before any `finally` of its could stop them, takes them along."""
+    code = ("import subprocess, sys, time\n"
+            "from hil.daemon_proc import with_parent\n"
+            "p = subprocess.Popen(with_parent([sys.executable, '-c', 'import time; "
+            "time.sleep(120)']), start_new_session=True)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(120)\n")
+    bench_proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True, cwd=REPO)
+    assert bench_proc.stdout is not None
+    child = int(bench_proc.stdout.readline())
+    try:
+        os.kill(child, 0)  # running, in a session of its own
+        assert os.getsid(child) == child
+        bench_proc.kill()
+        bench_proc.wait(10)
+        for _ in range(200):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                break
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break  # exited, not yet reaped by init
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the bench's child {child} outlived the bench by 10 s")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, 9)
