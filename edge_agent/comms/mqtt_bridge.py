@@ -82,13 +82,17 @@ class MqttBridge:
         self._connected = threading.Event()
         self._subscribed = threading.Event()  # this connection's SUBACK came back granted
         self._sub_mid: int | None = None
+        # a refused SUBACK leaves the connection up but deaf: the subscription is asked again
+        self._sub_retry_s = 0.0  # the next retry's delay (0: none refused on this connection)
+        self._sub_timer: threading.Timer | None = None
+        self._sub_lock = threading.Lock()  # a retry's mid is known before its SUBACK is read
         self._last_state: StateFields | None = None
         self._last_telemetry: float | None = None
         self._started = self._stopped = False
         self.counters: dict[str, int] = dict.fromkeys((
             "received", "estops", "ignored", "retained", "replies", "publish_dropped",
             "publish_refused", "telemetry_suppressed", "connections", "disconnects",
-            "response_topic_refused", "legacy_topic"), 0)
+            "response_topic_refused", "legacy_topic", "subscribe_refused"), 0)
         self.last_error: str | None = None  # why the last connection attempt failed
         self._intake = CommandIntake(api, self.topics, v5=self._v5, clock=self._clock,
                                      inbox_size=st.inbox_size, publish=self._publish,
@@ -136,6 +140,9 @@ class MqttBridge:
             self._stopped = True
             started = self._started
         self._inbox.stop(timeout)
+        timer = self._sub_timer
+        if timer is not None:
+            timer.cancel()
         if started and self._connected.is_set():
             try:
                 info = self._client.publish(self.topics.status, self._status("offline"),
@@ -265,7 +272,9 @@ class MqttBridge:
         self._connections += 1
         self.counters["connections"] += 1
         self._subscribed.clear()
-        _rc, self._sub_mid = client.subscribe(self._intake.subscriptions())
+        with self._sub_lock:
+            self._sub_retry_s = 0.0
+            _rc, self._sub_mid = client.subscribe(self._intake.subscriptions())
         client.publish(self.topics.status, self._status("online"), qos=1, retain=True)
         if self._last_state is not None:
             client.publish(self.topics.state, to_payload(self._last_state), qos=1, retain=True)
@@ -314,11 +323,40 @@ class MqttBridge:
 
     def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int, reason_codes: Any,
                       properties: Any) -> None:
+        with self._sub_lock:
+            if mid != self._sub_mid:
+                return  # an older connection's or attempt's
         failed = [str(rc) for rc in reason_codes if reason_failed(rc)]
-        if failed:
-            _log.error("mqtt_subscribe_refused", reasons=failed)
-        elif mid == self._sub_mid:
+        if not failed:
+            if self._sub_retry_s:
+                _log.info("mqtt_subscribed_after_refusal", seq=self._live_seq)
+                self.last_error = None
+            self._sub_retry_s = 0.0
             self._subscribed.set()
+            return
+        # Connected but deaf to commands (and to the fleet e-stop): NATS's MQTT gateway
+        # answers a SUBACK failure when JetStream cannot create the consumer in time (12-07,
+        # ten daemons on a loaded machine). Ask again with backoff while this connection lasts;
+        # `ready` stays false meanwhile (the broker probe: broker_lost).
+        self.counters["subscribe_refused"] += 1
+        lo, hi = self.settings.reconnect_min_s, self.settings.reconnect_max_s
+        delay = min(hi, max(lo, 2 * self._sub_retry_s)) * self._rng.uniform(0.75, 1.25)
+        self._sub_retry_s = delay
+        self.last_error = f"the broker refused the command subscription: {', '.join(failed)}"
+        _log.error("mqtt_subscribe_refused", reasons=failed, seq=self._live_seq,
+                   retry_in_s=round(delay, 2))
+        timer = threading.Timer(delay, self._resubscribe, args=(self._live_seq,))
+        timer.daemon = True
+        timer.name = "mqtt-resubscribe"
+        self._sub_timer = timer
+        timer.start()
+
+    def _resubscribe(self, seq: int | None) -> None:
+        """Ask for the command subscription again, on the connection that was refused."""
+        with self._sub_lock:  # paho's thread may read the SUBACK before subscribe() returns
+            if self._stopped or not self._connected.is_set() or seq != self._live_seq:
+                return  # gone: a new connection subscribes by itself
+            _rc, self._sub_mid = self._client.subscribe(self._intake.subscriptions())
 
     def _on_publish(self, client: paho.Client, userdata: Any, mid: int, reason_code: Any,
                     properties: Any) -> None:
