@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,14 @@ from test_mqtt_bridge import T1, Device, body, reply_for
 
 from edge_agent.log import capture_logs
 
-DYNSEC = Path("/usr/lib/x86_64-linux-gnu/mosquitto_dynamic_security.so")
+# Debian's mosquitto package ships the plugin in the multiarch library dir
+DYNSEC = next(iter(sorted(Path("/usr/lib").glob("*/mosquitto_dynamic_security.so"))),
+              Path("/usr/lib/mosquitto_dynamic_security.so"))
 CONTROL = "$CONTROL/dynamic-security/v1"
 ADMIN = ("admin", "admin-pw")
 
 
 def _dynsec_broker(workdir: Path) -> Mosquitto:
-    import subprocess
-
     broker = Mosquitto(workdir, MQTT_USERS)
     config = workdir / "dynsec.json"
     subprocess.run([shutil.which("mosquitto_ctrl") or "/usr/bin/mosquitto_ctrl", "dynsec",
