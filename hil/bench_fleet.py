@@ -2,7 +2,7 @@
 a NATS cluster with its MQTT gateway: `--cluster nats`).
 
     python -m hil.bench_fleet [--daemons 5,10,15] [--brokers 3] [--trials 15] [--period-s 1.5]
-                              [--cluster mosquitto|nats]
+                              [--cluster mosquitto|nats] [--back-to-back]
 
 For each N (growing; it stops growing when a fleet e-stop is missed or the fleet's own
 processes use more than --max-cpu % of all CPUs: the load average also counts other work),
@@ -17,7 +17,9 @@ rig process serving N ptys and N daemons in the no-spin fleet profile. Then:
   every robot the first STOP frame its pty received (the rig stamps frames with the same
   monotonic clock). The broker part is measured on the same message: a probe subscribed on
   each node stamps its arrival there; daemon reaction = STOP frame − arrival on the robot's
-  node. Misses: robots with no STOP within --settle-s. Between trials every robot is reset;
+  node. Misses: robots with no STOP within --settle-s. Between trials every robot is reset,
+  then the bench waits until every robot is at rest by its `status` (the last stop's report
+  and recording done: hil/fleet_rest.py says why; `--back-to-back` does not wait);
 - status aggregation: `FleetBus` (what `edge-agent fleet status` uses) connecting to node 0:
   time until every robot's retained status and state arrived, and until every robot's `status`
   command was answered; and the CLI's wall time (`edge-agent fleet status --json`, a process);
@@ -45,6 +47,7 @@ from edge_agent.comms.mqtt_common import Topics
 from hil.bench_fleet_estop import cpu_s, first_stops, rss_mb
 from hil.bench_stats import fmt, ratio, stats
 from hil.fleet_proc import KINDS, ROOT, Fleet, wait
+from hil.fleet_rest import RestWatch
 
 FLEET_TOPIC = Topics("edge/+").fleet_estop  # the daemons' default mqtt.fleet_topic
 ALL = Topics("edge/+")  # every robot's topics (edge_agent/comms/mqtt_common.py)
@@ -142,15 +145,18 @@ def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
         fleet.start_brokers()
         fleet.start_rig(fifo=args.rig_fifo)
         up_s = fleet.start_daemons([], batch=4)
-        time.sleep(5.0)  # the background start-up work
-        agg = aggregation(fleet)
-        rate = idle_rate(fleet)
-        probes = Probes(fleet)
         ops = fleet.client(0, "bench-operator")
         states: dict[str, dict[str, Any]] = {}
         ops.on_message = lambda c, u, m: states.__setitem__(m.topic.split("/")[1],
                                                             json.loads(m.payload))
         ops.subscribe(ALL.state, 1)
+        rest = RestWatch(ops)  # hil/fleet_rest.py: why the trials wait for robots at rest
+        if not rest.wait(fleet.devices, 300)[1]:
+            raise SystemExit("timed out after 300 s waiting for the daemons' background "
+                             "start-up (model, calibration)")
+        agg = aggregation(fleet)
+        rate = idle_rate(fleet)
+        probes = Probes(fleet)
         time.sleep(0.5)
         procs = [*fleet.daemons, *fleet.brokers, *([fleet.rig] if fleet.rig else [])]
         cpu0 = {p.pid: cpu_s(p.pid) for p in procs}
@@ -159,6 +165,8 @@ def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
         per_robot, broker_ms, react_ms, fleet_last = [], [], [], []
         misses = 0
         still: list[int] = []  # robots still latched when a trial's e-stop went out
+        rest_waits: list[float] = []
+        not_at_rest = 0  # trials sent with a robot still busy after --rest-timeout-s
         for trial in range(args.trials):
             t_next = time.monotonic() + args.period_s
             reset_end = time.monotonic() + 15.0  # resets are rate-limited: retry each 1.1 s
@@ -171,6 +179,10 @@ def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
                         {"v": 1, "id": f"reset-{trial}-{attempt}-{d}", "reason": "bench"}),
                         qos=1)
                 time.sleep(1.1)
+            if not args.back_to_back:
+                waited, rested = rest.wait(fleet.devices, args.rest_timeout_s)
+                rest_waits.append(waited)
+                not_at_rest += not rested
             still.append(sum(bool(s.get("stop")) for s in states.values()))
             with probes.lock:
                 probes.arrivals = {}
@@ -204,6 +216,7 @@ def step(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "fleet_last": stats(fleet_last), "broker": stats(broker_ms),
             "react": stats(react_ms), "far": stats(far), "near": stats(near), "misses": misses,
             "still_latched": max(still, default=0), "trials": args.trials,
+            "rest_waits": stats([w * 1e3 for w in rest_waits]), "not_at_rest": not_at_rest,
             "daemon_cpu": sum(d_cpu) / n, "daemon_rss": sum(d_rss) / n,
             "broker_cpu": [cpu[p.pid] for p in fleet.brokers],
             "rig_cpu": cpu[fleet.rig.pid] if fleet.rig else 0.0, "load": load,
@@ -225,6 +238,11 @@ def report(r: dict[str, Any]) -> None:
     print("  " + fmt("e-stop → last robot's STOP (fleet)", r["fleet_last"]))
     print(f"  misses: {r['misses']} of {n * r['trials']}; robots still latched when an e-stop "
           f"went out (a reset not through yet): max {r['still_latched']}")
+    if r["rest_waits"]["n"]:
+        print("  " + fmt("wait for the robots at rest before a trial (ms)", r["rest_waits"],
+                         f"; trials sent with a robot still busy: {r['not_at_rest']}"))
+    else:
+        print("  back to back: trials every --period-s, robots at rest or not")
     print(f"  status aggregation: retained status+state of {n} robots in "
           f"{a['retained_s'] * 1e3:.0f} ms; {a['answered']}/{n} status answers in "
           f"{a['query_s'] * 1e3:.0f} ms; `edge-agent fleet status --json` {a['cli_s']:.2f} s "
@@ -264,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="bridged Mosquittos or a NATS cluster (MQTT gateway, 3.1.1)")
     ap.add_argument("--trials", type=int, default=15)
     ap.add_argument("--period-s", type=float, default=1.5)
+    ap.add_argument("--back-to-back", action="store_true", help="do not wait for every robot "
+                    "at rest (the last stop's report and recording done) before a trial")
+    ap.add_argument("--rest-timeout-s", type=float, default=60.0)
     ap.add_argument("--settle-s", type=float, default=1.0)
     ap.add_argument("--rig-fifo", type=int, default=40)
     ap.add_argument("--max-cpu", type=float, default=90.0,
