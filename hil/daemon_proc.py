@@ -31,7 +31,8 @@ def with_parent(cmd: list[str]) -> list[str]:
     own does not see the bench's Ctrl-C; a bench stopped or killed while it starts one (before
     its `finally` knows the process) would leave it running, re-parented to init. Without
     setpriv the command is unchanged. Call it from the main thread: the signal follows the
-    thread that forked."""
+    thread that forked. A bench killed in the microseconds between the fork and setpriv's
+    prctl still leaves its child (setpriv does not check that its parent is still there)."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
 

@@ -155,13 +155,18 @@ def test_a_bench_daemon_dies_with_its_bench(tmp_path: Path) -> None:
     code = ("import subprocess, sys, time\n"
             "from hil.daemon_proc import with_parent\n"
             "p = subprocess.Popen(with_parent([sys.executable, '-c', 'import time; "
-            "time.sleep(120)']), start_new_session=True)\n"
+            "print(\"up\", flush=True); time.sleep(120)']), start_new_session=True)\n"
             "print(p.pid, flush=True)\n"
             "time.sleep(120)\n")
     bench_proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
                                   text=True, cwd=REPO)
     assert bench_proc.stdout is not None
-    child = int(bench_proc.stdout.readline())
+    # the bench's pid line, and the child's own "up" (its stdout is the bench's): the child
+    # runs Python, so setpriv has armed the signal (killed before that, setpriv would arm it
+    # after its parent is gone, and no signal comes: a microsecond window, seen once on CI)
+    lines = {bench_proc.stdout.readline().strip(), bench_proc.stdout.readline().strip()}
+    assert "up" in lines, lines
+    child = int((lines - {"up"}).pop())
     try:
         os.kill(child, 0)  # running, in a session of its own
         assert os.getsid(child) == child
