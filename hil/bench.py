@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hil.bench_suite import AREAS, BENCHES, Bench, by_name
+from hil.daemon_proc import stop_group
 from hil.steal import StealMeter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,8 +98,8 @@ def run_one(b: Bench, quick: bool, logs: Path, timeout_s: float) -> dict[str, An
         except subprocess.TimeoutExpired:
             rc = -9
         finally:  # timed out, or this runner stopped (Ctrl-C): the bench goes with it
-            if proc is not None:
-                _stop_group(proc)
+            if proc is not None:  # SIGINT first: the bench's `finally` stops what it started
+                stop_group(proc)
     steal.stop()
     rec["wall_s"] = round(time.monotonic() - t0, 1)
     rec["rc"] = rc
@@ -151,24 +152,6 @@ def table(benches: list[dict[str, Any]]) -> str:
                         f"{'-' if met is None else 'yes' if met else 'NO':>4} "
                         f"{_num(f.get('steal_pct'), '%'):>6}")
     return "\n".join(rows)
-
-
-def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGINT the bench's process group (its `finally` blocks stop what it started), SIGKILL
-    after 20 s; nothing of it outlives the runner."""
-    import signal
-
-    for sig, wait_s in ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            break
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _write(path: Path, res: dict[str, Any], t0: float) -> None:

@@ -6,6 +6,7 @@ process group, so the guardian and the rig go with it).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -97,6 +98,21 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str, poll_s: float =
         if time.monotonic() > end:
             raise SystemExit(f"timed out waiting for {what}")
         time.sleep(poll_s)
+
+
+def stop_group(proc: subprocess.Popen[Any], first: int = signal.SIGINT,
+               wait_s: float = 20.0) -> None:
+    """`first` to `proc`'s process group, SIGKILL to it if `proc` has not exited `wait_s` later
+    (then up to 10 s more); a group already gone is not an error."""
+    for sig, wait in ((first, wait_s), (signal.SIGKILL, 10.0)):
+        if proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
 
 
 def stop_daemon(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:

@@ -148,17 +148,12 @@ class TritonServer:
         p, self.proc = self.proc, None
         if p is None or p.poll() is not None:
             return
-        first = (signal.SIGINT, 20.0) if graceful else (signal.SIGKILL, 10.0)
-        for sig, wait in (first, (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                p.wait(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        from hil.daemon_proc import stop_group  # here: __main__ runs in .venv-triton
+
+        if graceful:
+            stop_group(p)
+        else:
+            stop_group(p, signal.SIGKILL, 10.0)
         # the tritonserver child must not outlive the test (it holds the ports)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)

@@ -93,7 +93,8 @@ class MqttBridge:
             "received", "estops", "ignored", "retained", "replies", "publish_dropped",
             "publish_refused", "telemetry_suppressed", "connections", "disconnects",
             "response_topic_refused", "legacy_topic", "subscribe_refused"), 0)
-        self.last_error: str | None = None  # why the last connection attempt failed
+        # why the last connection attempt failed, or this connection's subscription was refused
+        self.last_error: str | None = None
         self._intake = CommandIntake(api, self.topics, v5=self._v5, clock=self._clock,
                                      inbox_size=st.inbox_size, publish=self._publish,
                                      counters=self.counters, lock=self._lock, on_estop=on_estop)
