@@ -5,7 +5,8 @@
 
 One private Mosquitto (password file + the documented ACL), ONE rig process serving N ptys
 (`python -m hil.rig --ptys N`), N daemons (`edge-agent run`, each its own device id, state dir
-and pty; control loops in the no-spin fleet profile). Each trial: every latched daemon is reset
+and pty; control loops in the no-spin fleet profile), all started by hil/fleet_proc.py as for
+`hil.bench_fleet` and the fleet tests. Each trial: every latched daemon is reset
 over MQTT (the operator account), the bench waits until every robot is at rest (its `status`:
 background start-up over, no report pending, no recording open: each stop's report draws a plot
 in a subprocess, ~0.9 s of CPU, and writes a recording 5 s after it; 8 robots' worth of that
@@ -24,10 +25,7 @@ import argparse
 import json
 import os
 import queue
-import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime
@@ -39,13 +37,12 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 from edge_agent.comms.mqtt_common import FLEET_ESTOP_TOPIC, Topics
 from hil.bench_stats import figure, target, write_json
-from hil.daemon_proc import with_parent
+from hil.fleet_proc import OPERATOR, Fleet
 from hil.fleet_rest import RestWatch
 from hil.sim.control import request as rig_request
 
 ROOT = Path(__file__).resolve().parents[1]
 FLEET_TOPIC = FLEET_ESTOP_TOPIC
-OPERATOR = ("operator", "operator-pw")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -78,64 +75,6 @@ def poll(pred: Any, timeout: float, interval: float = 0.05) -> bool:
 def wait(pred: Any, timeout: float, what: str) -> None:
     if not poll(pred, timeout):
         raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_broker(tmp: Path, users: dict[str, str]) -> tuple[subprocess.Popen[bytes], int]:
-    passwd, acl = tmp / "passwd", tmp / "acl"
-    tool = shutil.which("mosquitto_passwd") or "/usr/bin/mosquitto_passwd"
-    for i, (user, pw) in enumerate(users.items()):
-        subprocess.run([tool, "-b", *(["-c"] if i == 0 else []), str(passwd), user, pw],
-                       check=True, capture_output=True)
-    acl.write_text((ROOT / "docs" / "mosquitto" / "acl").read_text())
-    port = free_port()
-    lines = [f"listener {port} 127.0.0.1", "allow_anonymous false", f"password_file {passwd}",
-             f"acl_file {acl}", "set_tcp_nodelay true", "persistence false",
-             "max_queued_messages 10000", *(["user root"] if os.geteuid() == 0 else [])]
-    (tmp / "mosquitto.conf").write_text("\n".join(lines) + "\n")
-    log = open(tmp / "mosquitto.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen([shutil.which("mosquitto") or "/usr/sbin/mosquitto", "-c",
-                             str(tmp / "mosquitto.conf")], stdout=log, stderr=subprocess.STDOUT)
-    wait(lambda: socket.create_connection(("127.0.0.1", port), 0.5).close() is None, 10,
-         "mosquitto")
-    return proc, port
-
-
-def _fifo(priority: int) -> Any:
-    """A preexec_fn putting the child under SCHED_FIFO (None when not asked or not permitted)."""
-    if priority <= 0:
-        return None
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    except (OSError, AttributeError):
-        print("rig: SCHED_FIFO not permitted here; the rig runs SCHED_OTHER", file=sys.stderr)
-        return None
-    return lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
-
-
-def start_rig(tmp: Path, n: int, tick_us: int,
-              fifo: int = 0) -> tuple[subprocess.Popen[bytes], list[str]]:
-    cmd = [sys.executable, "-m", "hil.rig", "--robot", str(ROOT / "configs" / "robot" /
-           "edge-arm-4.toml"), "--ptys", str(n), "--tick-us", str(tick_us),
-           "--control-socket", str(tmp / "rig.sock")]
-    log = open(tmp / "rig.log", "wb")  # noqa: SIM115 - handed to the child
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, cwd=ROOT,
-                            preexec_fn=_fifo(fifo))  # before any thread of ours starts
-    assert proc.stdout is not None
-    ptys: list[str] = []
-    while len(ptys) < n:
-        line = proc.stdout.readline().decode()
-        if not line:
-            raise SystemExit(f"the rig exited early; see {tmp / 'rig.log'}")
-        if line.startswith("PTY "):
-            ptys.append(line[4:].strip())
-    return proc, ptys
 
 
 class Operator:
@@ -256,38 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     n = args.daemons
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-fleet-"))
-    devices = [f"fleet{i:02d}" for i in range(n)]
-    users = {d: f"{d}-pw" for d in devices} | dict([OPERATOR])
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        broker, port = start_broker(tmp, users)
-        procs.append(broker)
-        rig, ptys = start_rig(tmp, n, args.tick_us, args.rig_fifo)
-        procs.append(rig)
-        sock = str(tmp / "rig.sock")
-        op = Operator(port)
+    with Fleet(tmp, n=n, tick_us=args.tick_us, rate_hz=args.rate_hz) as fl:
+        fl.start_brokers()
+        fl.start_rig(fifo=args.rig_fifo)
+        devices, daemons, procs = fl.devices, fl.daemons, fl.procs
+        assert fl.rig is not None
+        rig, broker, sock = fl.rig, fl.brokers[0], str(tmp / "rig.sock")
+        op = Operator(fl.ports[0])
         t_start = time.monotonic()
-        daemons: list[subprocess.Popen[bytes]] = []
-        for d, pty in zip(devices, ptys, strict=True):
-            sets = [f"state_dir={tmp / d}", f"device.id={d}", f"mqtt.port={port}",
-                    f'mqtt.password="{d}-pw"', f"link.port={pty}", "control.no_spin=true",
-                    f"control.rate_hz={args.rate_hz:g}", "control.decision_hz=10",
-                    f"link.status_period_us={args.tick_us}", "link.deadman_ms=200",
-                    "link.hello_timeout_s=10", "mqtt.telemetry_hz=0", "log.level=warning"]
-            cmd = [sys.executable, "-m", "edge_agent.cli", "run", "--config",
-                   str(ROOT / "configs" / "sim.toml")]
-            for s in sets:
-                cmd += ["--set", s]
-            log = open(tmp / f"{d}.log", "wb")  # noqa: SIM115 - handed to the child
-            daemons.append(subprocess.Popen(with_parent(cmd), stdout=log,
-                                            stderr=subprocess.STDOUT, cwd=ROOT,
-                                            start_new_session=True))
-            procs.append(daemons[-1])
-            if len(daemons) % args.batch == 0 or len(daemons) == n:
-                # a start-up stampede of N imports starves the rig; start in batches
-                k = len(daemons)
-                wait(lambda k=k: sum(bool(s.get("link_up")) for s in op.states.values()) >= k,
-                     120, f"{k} daemons up")
+        # in batches: a start-up stampede of N imports starves the rig
+        fl.start_daemons([], batch=args.batch, timeout_s=120)
         wait(lambda: len(op.states) == n and all(s.get("link_up") for s in op.states.values()),
              300, f"{n} daemons up with their links")
         print(f"{n} daemons up in {time.monotonic() - t_start:.1f} s (logs in {tmp})", flush=True)
@@ -340,14 +257,6 @@ def main(argv: list[str] | None = None) -> int:
                                         "robot": i})["frames"]) for i in range(n)]
         rig_cpu = (cpu_s(rig.pid) - cpu0[rig.pid]) / wall * 100
         broker_cpu = (cpu_s(broker.pid) - cpu0[broker.pid]) / wall * 100
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        for p in reversed(procs):
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
     print(f"\nfleet e-stop → STOP at each robot ({n} daemons, {args.trials} trials, "
           f"control {args.rate_hz:g} Hz no-spin, rig tick {args.tick_us} us, rig FIFO "
           f"{args.rig_fifo or 'off'}):")
