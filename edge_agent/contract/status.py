@@ -227,8 +227,9 @@ class ThreadStatus(TypedDict):
 
 class MqttStatus(TypedDict):
     """The MQTT bridge: `connected`, and why not in `error` (a TLS file that cannot be loaded, with
-    its config key; a certificate the client rejected, with OpenSSL's reason; a refused login).
-    The daemon retries with backoff for as long as it runs."""
+    its config key; a certificate the client rejected, with OpenSSL's reason; a refused login; a
+    command subscription the broker refused while connected). The daemon retries with backoff for
+    as long as it runs."""
 
     connected: bool
     bridge: Annotated[bool, "false while the bridge could not be built (see error)"]
