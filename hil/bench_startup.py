@@ -12,7 +12,8 @@ too. One warm-up start per path (it creates the state dir) is not counted.
 
 Same-run baseline: the bare interpreter (`python3 -c pass`, spawn → exit) on the same machine,
 so a loaded machine shows in both. Targets: lazy median ≤ 250 ms and ≤ 0.3 × eager median.
-`--importtime` adds the slowest imports of the start-up path (`python -X importtime`).
+`--importtime` adds what the start-up path's imports cost, the dataclasses they create among
+it (hil/startup_imports.py), and the slowest imports (`python -X importtime`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import socket
 import statistics
@@ -34,11 +34,11 @@ from typing import Any
 
 from edge_agent.daemon.simrig import start_sim_rig
 from hil.bench_stats import figure, target
+from hil.startup_imports import importtime, measure, report
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "sim.toml"
 ROBOT = ROOT / "configs" / "robot" / "edge-arm-4.toml"
-STARTUP_MODULES = "edge_agent.cli, edge_agent.config, edge_agent.logsetup, edge_agent.daemon.app"
 
 
 def _rss_kib(pid: int) -> dict[str, int]:
@@ -173,20 +173,6 @@ def _summary(xs: list[float]) -> dict[str, float]:
             "max": max(xs), "n": len(xs)}
 
 
-def importtime(top: int = 15) -> list[tuple[str, float, float]]:
-    """(module, self ms, cumulative ms) of the slowest imports on the start-up path."""
-    res = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {STARTUP_MODULES}"],
-                         capture_output=True, text=True, cwd=ROOT, check=True)
-    rows = []
-    for line in res.stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
-        if m:
-            rows.append((m.group(3).__len__(), m.group(4), int(m.group(1)) / 1e3,
-                         int(m.group(2)) / 1e3))
-    rows.sort(key=lambda r: -r[3])
-    return [(("  " * (depth - 1)) + name, s, c) for depth, name, s, c in rows[:top]]
-
-
 def ensure_bytecode() -> float:
     """Compile edge_agent's .pyc files as an install does (pip compiles a wheel's modules; the
     service cannot write them: ProtectSystem=strict). Returns the ms it took (~0 when fresh)."""
@@ -289,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"exit codes {summary['exit_codes']}, load average {summary['load_avg']}, "
           f"{summary['cpus']} CPUs")
     if a.importtime:
-        print("\nslowest imports on the start-up path (self ms, cumulative ms):")
+        print("\n" + "\n".join(report(measure())))
+        print("slowest imports on the start-up path (self ms, cumulative ms):")
         for name, s, c in importtime():
             print(f"  {s:7.1f} {c:7.1f}  {name}")
     if a.json:

@@ -6,7 +6,8 @@ and protective stop cause, with the sensor window before it) and the executor's
 capture a record and enqueue it; the report is built, persisted, plotted (in a subprocess) and
 delivered on the outbox thread (reports/outbox.py). A degradation mode change (the health
 monitor, issue #18) comes in the same way: `submit(ModeRecord(...))`. The periodic drift report
-(daemon/drift.py, its own thread) files into the same outbox.
+(daemon/drift.py, its own thread) files into the same outbox; it is built in `start()`, after
+READY (its modules: 7 ms of the start-up path's imports on a quiet 2-core VM).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edge_agent.daemon.drift import DriftReports
 from edge_agent.executor.latch import LatchState
 from edge_agent.executor.monitor import window_of
 from edge_agent.log import get_logger
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from edge_agent.contract.payloads import ReportPayload
     from edge_agent.contract.status_parts import ReportsStatus
     from edge_agent.daemon.control import ControlPath
+    from edge_agent.daemon.drift import DriftReports
     from edge_agent.reports.record import Report
     from edge_agent.store.decisions import DecisionJournal
 
@@ -75,9 +76,8 @@ class DaemonReports:
                              secrets=secrets, on_event=publish_event,
                              plot_repeat_s=r.merge_window_s)
         self._sample_hz = control.executor.cfg.diagnostic_sample_hz
-        # the periodic drift report (daemon/drift.py): counts the journal's decisions
-        self.drift = (DriftReports(cfg, decisions, self.outbox.submit, self._origin)
-                      if decisions is not None else None)
+        self._cfg = cfg
+        self.drift: DriftReports | None = None  # built in start()
 
     def subscribe(self) -> None:
         """Listen to the latch and the executor's fault records (after the daemon's own
@@ -86,6 +86,13 @@ class DaemonReports:
         self.control.executor.on_fault_record = self._on_fault_record
 
     def start(self) -> None:
+        """After READY: the outbox, then the periodic drift report (daemon/drift.py: it counts
+        the journal's decisions)."""
+        if self._decisions_journal is not None and self.drift is None:
+            from edge_agent.daemon.drift import DriftReports
+
+            self.drift = DriftReports(self._cfg, self._decisions_journal, self.outbox.submit,
+                                      self._origin)
         self.outbox.start()
         if self.drift is not None:
             self.drift.start()
