@@ -37,7 +37,6 @@ from edge_agent.executor.records import (
     CommandResult,
     Counters,
     ExecutorSnapshot,
-    ExecutorStatus,
     Outcome,
     TaskProgress,
     vec3,
@@ -51,7 +50,7 @@ from edge_agent.vocab import ErrorCode, EventType, StopCause, StopKind
 from edge_agent.vocab import Mode as ExecMode
 
 if TYPE_CHECKING:
-    from edge_agent.contract.status_parts import TaskInfo
+    from edge_agent.contract.status_parts import ExecutorStatus, TaskInfo
 
 SNAPSHOT_VERSION = 1
 _MAX_DT = 0.1  # a longer gap between ticks is integrated as this (no giant PID steps)

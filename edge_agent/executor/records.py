@@ -10,10 +10,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from edge_agent.contract.status_parts import ExecutorStatus as ExecutorStatus
-from edge_agent.contract.status_parts import TaskInfo
 from edge_agent.executor.faults import FaultRecord
 from edge_agent.executor.tasks import (
     Alternative,
@@ -25,6 +23,9 @@ from edge_agent.executor.tasks import (
     TaskSpec,
 )
 from edge_agent.vocab import ErrorCode
+
+if TYPE_CHECKING:  # the status contract (TypedDicts) is not imported on the start-up path
+    from edge_agent.contract.status_parts import TaskInfo
 
 Vec3 = tuple[float, float, float]
 
