@@ -141,8 +141,10 @@ def _cmd(broker: Any, name: str, args: dict[str, Any] | None = None,
 
 
 def _answers(broker: Any) -> bool:
+    # a status sent before the daemon is subscribed again is lost: retry after 1 s (a round
+    # trip takes milliseconds), not after 3 s
     try:
-        return bool(_cmd(broker, "status", timeout=3)["ok"])
+        return bool(_cmd(broker, "status", timeout=1)["ok"])
     except (CommandTimeout, CommandTransportError):
         return False
 

@@ -157,8 +157,11 @@ def test_rollout_aborted_wave_rolls_back(fleet: dict[str, Any]) -> None:
     failing = {"robot03", "robot04"}
     injected = _inject_on_trial(f, failing, sha_b)
     report = fleet["tmp"] / "rollout-b"
+    # --drive-task: the canary and the good robots commit after their one trial task
+    # (trial_tasks=1), not after waiting out inference.trial_s (20 s) twice
     r = fleet_cli(f, "rollout", str(b), "--canary", "1", "--wave", "100%", "--abort-at", "50%",
-                  "--previous", str(a), "--trial-timeout-s", "120", "--report", str(report))
+                  "--previous", str(a), "--drive-task", "pick_place", "--trial-timeout-s", "120",
+                  "--report", str(report))
     print(r.stdout)
     assert injected.is_set()
     assert r.returncode == 1, r.stdout + r.stderr

@@ -175,8 +175,9 @@ def test_a_candidate_trained_on_inverted_labels_is_refused(bad_candidate: Path,
                                                             tmp_path: Path) -> None:
     """It advances where the expert continues: without the re-grasp a transient slip ends in a
     drop (the shipped model: 6 of 6). The record names the class and the figures."""
+    # --jobs 2: the same seeded episodes (the same record) on both cores of the CI machine
     r, rec = _gate(bad_candidate, tmp_path / "bad.json", "--episodes", "6", "--faults",
-                   f"{TRANSIENT},sensor:joint_encoders:noise")
+                   f"{TRANSIENT},sensor:joint_encoders:noise", "--jobs", "2")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "verdict: FAIL" in r.stdout and f"{TRANSIENT}: worse" in r.stdout
     rows = {c["fault"]: c for c in rec["classes"]}

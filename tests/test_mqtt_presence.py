@@ -28,7 +28,7 @@ T1 = Topics("edge/dev1")  # its command and reply topics
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = textwrap.dedent("""
-    import json, logging, os, signal, sys, threading
+    import json, logging, os, signal, sys, threading, time
     from edge_agent.logsetup import configure_logging
     configure_logging("debug", "json", stream=sys.stdout)
     logging.getLogger().addHandler(logging.StreamHandler(sys.stderr))  # paho's own debug lines
@@ -44,7 +44,11 @@ CHILD = textwrap.dedent("""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     bridge.start()
-    print(json.dumps({"event": "child_ready", "ready": bridge.wait_ready(10)}), flush=True)
+    # up to 10 s for the connection, but a SIGTERM ends the wait (a refused one never comes)
+    ready, end = False, time.monotonic() + 10
+    while not (ready or stop.is_set()) and time.monotonic() < end:
+        ready = bridge.wait_ready(0.05)
+    print(json.dumps({"event": "child_ready", "ready": ready}), flush=True)
     stop.wait()
     bridge.stop()
     print(json.dumps({"event": "child_stopped"}), flush=True)

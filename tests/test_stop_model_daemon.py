@@ -58,6 +58,8 @@ ALWAYS_OK = {  # ✓ with no condition attached
 }
 PERMITS_MOTION = ("task.start", "resume", "manual.enter", "manual.jog")
 GRACE_S = 0.004  # a press reaches the daemon with the next STATUS (1 ms) plus the link's latency
+RESET_INTERVAL_S = 1.0  # executor.reset_min_interval_s (sim default): one reset a second
+SETTLE_MS = 20  # after a release, before the reset: the release reaches the daemon (GRACE_S)
 EXAMPLES = int(os.environ.get("EDGE_STOP_MODEL_EXAMPLES", "25"))
 # Firmware time a channel may be missing before sensor_bound (configs/robot/edge-arm-4.toml: a
 # `stop` channel three of its 1 kHz periods, a predicted one its predict_max_s).
@@ -81,6 +83,7 @@ class DaemonStopModel(RuleBasedStateMachine):
         self.pressed_at: float | None = None
         self.unclean_boot = False  # since the last kill -9 restart no task was started
         self.last_task: str | None = None
+        self.last_reset_at: float | None = None  # this boot's latest reset, on the daemon's clock
         self.no_tty_motion_since: float | None = None  # a deadman trip: until a new command
         self.deadman_s = self.h.cfg.link.deadman_ms / 1000.0
 
@@ -101,6 +104,8 @@ class DaemonStopModel(RuleBasedStateMachine):
     def _command(self, name: str, args: dict[str, object] | None = None) -> bool:
         d = self.h.daemon
         mode = d.mode()
+        if name == "reset":
+            self.last_reset_at = self.h.clock.now()
         reply = self.h.command(name, args).to_dict()
         code = None if reply["ok"] else reply["error"]["code"]
         event(f"{name} in {mode}: {code or 'ok'}")  # --hypothesis-show-statistics
@@ -215,7 +220,11 @@ class DaemonStopModel(RuleBasedStateMachine):
         """The operator's way back: release, wait out the reset rate limit, reset, resume (or
         start) — then let it run. Gets the deep states (holding, resume) often enough."""
         self.release(1)
-        self.run(1100)
+        # what is left of the rate limit since this boot's last reset (0.1 s to spare), not a
+        # whole second each time: a third of this test's run time went there (py-spy)
+        left = (0.0 if self.last_reset_at is None else
+                self.last_reset_at + RESET_INTERVAL_S + 0.1 - self.h.clock.now())
+        self.run(max(SETTLE_MS, round(left * 1000)))
         self._command("reset")
         if not self._command("resume", {"task_id": self.last_task or "none"}):
             self._command("task.start")
@@ -282,6 +291,7 @@ class DaemonStopModel(RuleBasedStateMachine):
         self.h.run_for(down_ms / 1000 + 1e-3)
         d = self.h.boot()
         self.permit = None
+        self.last_reset_at = None  # a new process: no reset yet to rate-limit the next one
         self.unclean_boot = True
         assert d.latch.latched, "a restart after kill -9 came up without a latch"
         assert d.mode() in ("protective_stop", "estop"), d.mode()
@@ -371,7 +381,8 @@ def test_the_lockstep_daemon_finishes_a_task_and_stops_on_a_press(tmp_path: Path
     assert not any(motion(f.msg) for f in h.handed[n:]), "a reset moved the robot"
     assert h.daemon.executor.saved_task is not None
     assert h.command("resume", {"task_id": task}).ok
-    h.run_for(20.0)
+    # until the task ends (it used to run 20 s of virtual time whatever the task did)
+    h.runner.run_until_true(lambda: h.outcome(task) is not None, 20.0, poll_s=0.1)
     assert h.outcome(task) == "success", [e for e in h.events if e.get("task_id") == task]
     obj = h.runner.state()["object"]
     assert abs(obj["xyz"][0] - place[0]) < 0.01 and abs(obj["xyz"][1] - place[1]) < 0.01, obj

@@ -195,8 +195,10 @@ def test_an_unsigned_configured_model_is_never_run_when_keys_are_set(tmp_path: P
     """Seeding the cache refuses it, and the daemon does not fall back to running the file
     directly: the rule-based expert decides until a signed model is installed."""
     _key, public = _keygen(tmp_path)
+    # task.start waits inference.model_wait_s for a model to load (none will here): 1 s, not 10
     d = DaemonProc(tmp_path, None, extra=(
-        f"inference.model={TRAINED}", f'inference.trusted_keys=["{public}"]')).start()
+        f"inference.model={TRAINED}", f'inference.trusted_keys=["{public}"]',
+        "inference.model_wait_s=1")).start()
     try:
         d.wait_ready()
         wait_until(lambda: bool(d.events("model_rejected")), 60, "the seed refused")
