@@ -195,10 +195,11 @@ def test_an_unsigned_configured_model_is_never_run_when_keys_are_set(tmp_path: P
     """Seeding the cache refuses it, and the daemon does not fall back to running the file
     directly: the rule-based expert decides until a signed model is installed."""
     _key, public = _keygen(tmp_path)
-    # task.start waits inference.model_wait_s for a model to load (none will here): 1 s, not 10
+    # a task waits inference.model_wait_s only while the model loads: once the load is over
+    # (refused here) it starts at once, not after 30 s (the command's timeout is 10 s)
     d = DaemonProc(tmp_path, None, extra=(
         f"inference.model={TRAINED}", f'inference.trusted_keys=["{public}"]',
-        "inference.model_wait_s=1")).start()
+        "inference.model_wait_s=30")).start()
     try:
         d.wait_ready()
         wait_until(lambda: bool(d.events("model_rejected")), 60, "the seed refused")
@@ -207,8 +208,9 @@ def test_an_unsigned_configured_model_is_never_run_when_keys_are_set(tmp_path: P
                    is not None, 60, "the policy stack settled")
         inf = _status_inference(d)
         assert inf.get("model") is None, inf
-        started = d.socket_cmd("task.start", {"task": "pick_place"}, timeout=40)
+        started = d.socket_cmd("task.start", {"task": "pick_place"}, timeout=10)
         assert started["ok"] and started["result"]["policy"] == "rule", started
+        assert "no policy model is ready" in started["result"].get("note", ""), started
     finally:
         d.stop()
 

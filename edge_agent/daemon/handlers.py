@@ -128,8 +128,9 @@ class CommandHandlers:
             params.get("place")), enable=True)
         out["policy"] = self.policy.in_use()
         if not model_ready:
-            late = (f"the policy model was not ready within {self.model_wait_s:g} s: "
-                    f"decisions from {self.policy.in_use()} until it is")
+            late = (f"no policy model is ready (its load failed, or is not done after "
+                    f"{self.model_wait_s:g} s): decisions from {self.policy.in_use()} until one "
+                    "is")
             out["note"] = f"{out['note']}; {late}" if out.get("note") else late
         return out
 
