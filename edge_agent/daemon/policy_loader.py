@@ -114,7 +114,8 @@ class PolicyLoader:
         while self.stack is None:  # not built yet: wait for the start-up thread
             if self._settled.is_set() or not self._settled.wait(deadline - time.monotonic()):
                 return False
-        return self.stack.wait_ready(max(0.0, deadline - time.monotonic()))
+        return self.stack.wait_ready(max(0.0, deadline - time.monotonic()),
+                                     loaded=self._settled.is_set)
 
     def status(self) -> InferenceStatus | None:
         return self.stack.status() if self.stack is not None else None

@@ -106,7 +106,6 @@ class InferenceStack:
                                    decision_sink=decision_sink)
         self.load_s: float | None = None  # load() start → the first backend ready
         self._thread: threading.Thread | None = None
-        self._loaded = threading.Event()  # load() has returned: its sessions loaded or failed
 
     def _unverified_fallback(self) -> Path | None:
         """The configured file run directly (no cache, or seeding failed) — never when
@@ -126,12 +125,6 @@ class InferenceStack:
     # -- loading --------------------------------------------------------------------------
     def load(self) -> None:
         """Blocking: remote worker, cache seed, local + cached sessions. Background only."""
-        try:
-            self._load()
-        finally:
-            self._loaded.set()
-
-    def _load(self) -> None:
         t0 = time.perf_counter()
         # numpy once, here, before the remote worker's thread imports tritonclient while this
         # one imports onnxruntime: numpy 2 imported by two threads at once fails in one of them
@@ -166,17 +159,17 @@ class InferenceStack:
         """Some model backend (not the rule) can decide now."""
         return any(b.ready() for b in self.router.backends if b is not self.rule)
 
-    def wait_ready(self, timeout: float | None = None) -> bool:
+    def wait_ready(self, timeout: float | None = None, *,
+                   loaded: Callable[[], bool] | None = None) -> bool:
         """A task that arrives before its model waits (bounded by inference.model_wait_s);
         False after the wait: the task then runs on whatever is ready (at worst the rule).
-        Without a remote backend the wait also ends when load() has returned: no session turns
-        ready after it (until a model.update), so a refused or unloadable model does not hold
-        every task for the whole model_wait_s. A remote server may still come up: it is waited
-        for."""
-        def settled() -> bool:
-            return self.model_ready() or (self.remote is None and self._loaded.is_set())
-
-        self.bus.wait_until(settled, self.settings.model_wait_s if timeout is None else timeout)
+        `loaded`: whether `load()` has returned (the caller's start-up thread knows). Without a
+        remote backend the wait ends with it: no session turns ready after it (until a
+        model.update), so a refused or unloadable model does not hold every task for the whole
+        wait. A remote server may still come up: it is waited for."""
+        over = loaded if self.remote is None else None
+        self.bus.wait_until(lambda: self.model_ready() or (over is not None and over()),
+                            self.settings.model_wait_s if timeout is None else timeout)
         return self.model_ready()
 
     # -- model.update ---------------------------------------------------------------------
